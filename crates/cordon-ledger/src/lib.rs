@@ -1,0 +1,3 @@
+//! The evidence ledger: an append-only, hash-chained JSONL log with RFC 6962
+//! checkpoints, signed notes and receipts.
+#![forbid(unsafe_code)]

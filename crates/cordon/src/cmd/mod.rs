@@ -1,0 +1,38 @@
+//! Subcommands. Each returns the process exit code on success; an `Err` is
+//! reported on standard error and mapped to the subcommand's documented
+//! failure code (see `../shared/CONTRACT.md` and each command's `--help`).
+
+use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub enum Command {}
+
+impl Command {
+    /// Runs the subcommand, returning its exit code.
+    pub fn run(self) -> anyhow::Result<u8> {
+        match self {}
+    }
+
+    /// The exit code for an error that stops the command before it could
+    /// reach its own verdict ("unusable input" in the contract's words).
+    pub fn failure_code(&self) -> u8 {
+        match *self {}
+    }
+}
+
+/// The exit code for a command line that does not parse. `cordon run` owes
+/// 125 for anything that stops it before the command starts; elsewhere the
+/// conventional 2 for usage errors (the same as "unusable input").
+pub fn usage_error_code(err: &clap::Error) -> u8 {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+        _ => {
+            if std::env::args().nth(1).as_deref() == Some("run") {
+                125
+            } else {
+                2
+            }
+        }
+    }
+}

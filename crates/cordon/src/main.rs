@@ -1,0 +1,37 @@
+//! `cordon`: the command-line front end. Thin glue: argument parsing, exit
+//! codes and error messages live here; every decision lives in a library crate.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Runtime containment for AI agents: run commands inside a kernel-enforced
+/// boundary, authorize agent actions, and keep evidence anyone can verify.
+#[derive(Debug, Parser)]
+#[command(name = "cordon", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: cmd::Command,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let code = cmd::usage_error_code(&err);
+            // Help and version are not errors: clap prints them and we exit 0.
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
+    let failure_code = cli.command.failure_code();
+    match cli.command.run() {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("cordon: {err:#}");
+            ExitCode::from(failure_code)
+        }
+    }
+}
