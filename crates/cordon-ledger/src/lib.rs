@@ -5,3 +5,7 @@
 pub mod entry;
 pub mod jcs;
 pub mod merkle;
+pub mod checkpoint;
+pub mod keys;
+pub mod note;
+pub mod receipt;
