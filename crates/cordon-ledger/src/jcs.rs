@@ -318,7 +318,22 @@ fn round_half_even(f: f64, digits: &mut String, exp: i32) {
 /// JSON whitespace, with no duplicate member names, no lone surrogates, no
 /// integer above 2^53 in magnitude and nesting at most [`MAX_DEPTH`] deep.
 pub fn parse(input: &[u8]) -> Result<Value, JcsError> {
-    let mut p = Parser { input, pos: 0 };
+    parse_inner(input, false)
+}
+
+/// Like [`parse`], but an integer above 2^53 in magnitude becomes the string
+/// of its digits instead of an error: lossless, and what the ledger stores
+/// for such integers. For reading user input, never for verification.
+pub fn parse_big_integers_as_strings(input: &[u8]) -> Result<Value, JcsError> {
+    parse_inner(input, true)
+}
+
+fn parse_inner(input: &[u8], big_as_strings: bool) -> Result<Value, JcsError> {
+    let mut p = Parser {
+        input,
+        pos: 0,
+        big_as_strings,
+    };
     p.skip_ws();
     let value = p.value(0)?;
     p.skip_ws();
@@ -331,6 +346,7 @@ pub fn parse(input: &[u8]) -> Result<Value, JcsError> {
 struct Parser<'a> {
     input: &'a [u8],
     pos: usize,
+    big_as_strings: bool,
 }
 
 impl Parser<'_> {
@@ -606,6 +622,7 @@ impl Parser<'_> {
                         Ok(Value::Number(Number::from(m)))
                     }
                 }
+                _ if self.big_as_strings => Ok(Value::String(text.to_owned())),
                 _ => Err(error(big_integer(text))),
             }
         } else {
@@ -747,6 +764,10 @@ mod tests {
             let err = parse(text.as_bytes()).unwrap_err();
             assert!(err.to_string().contains("write it as a string"), "{err}");
         }
+        assert_eq!(
+            parse_big_integers_as_strings(b"[-100000000000000000000000000001]").unwrap(),
+            json!(["-100000000000000000000000000001"])
+        );
         assert!(to_vec(&json!(9007199254740993_u64)).is_err());
         assert!(to_vec(&json!(-9007199254740993_i64)).is_err());
         // A double that prints as a plain integer above 2^53 is refused too …

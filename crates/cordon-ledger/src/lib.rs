@@ -9,3 +9,9 @@ pub mod checkpoint;
 pub mod keys;
 pub mod note;
 pub mod receipt;
+pub mod chain;
+pub mod ledger;
+pub mod proof;
+
+pub use chain::{Damage, DamageKind, Report, VerifyOptions, verify};
+pub use ledger::{Head, Ledger, Paths, sign_checkpoint};

@@ -4,19 +4,39 @@
 
 use clap::Subcommand;
 
+mod key;
+mod ledger;
+mod receipt;
+
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Append to, verify, checkpoint and prove the evidence ledger
+    #[command(subcommand)]
+    Ledger(ledger::LedgerCommand),
+    /// Sign and verify receipts (cordon-receipt/1)
+    #[command(subcommand)]
+    Receipt(receipt::ReceiptCommand),
+    /// Generate signing keys
+    #[command(subcommand)]
+    Key(key::KeyCommand),
+}
 
 impl Command {
     /// Runs the subcommand, returning its exit code.
     pub fn run(self) -> anyhow::Result<u8> {
-        match self {}
+        match self {
+            Command::Ledger(c) => c.run(),
+            Command::Receipt(c) => c.run(),
+            Command::Key(c) => c.run(),
+        }
     }
 
     /// The exit code for an error that stops the command before it could
     /// reach its own verdict ("unusable input" in the contract's words).
     pub fn failure_code(&self) -> u8 {
-        match *self {}
+        match self {
+            Command::Ledger(_) | Command::Receipt(_) | Command::Key(_) => 2,
+        }
     }
 }
 
