@@ -1,0 +1,117 @@
+//! The interface every isolation backend implements (the Linux process sandbox today; gVisor and
+//! microVM backends later), and the evidence sink a run records into.
+
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::plan::Plan;
+use crate::report::{ExitStatus, LedgerPosition, ProviderReport, Teardown};
+
+/// Why the backend ended a run early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillReason {
+    /// The memory limit was exceeded (the kernel's OOM killer acted in the run's cgroup).
+    Memory,
+    /// The process limit was reached.
+    Pids,
+    /// The wall-clock limit passed.
+    Timeout,
+    /// cordon was told to stop (a signal it could not forward, or containment).
+    Containment,
+}
+
+impl KillReason {
+    /// The word used in reports and the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KillReason::Memory => "memory",
+            KillReason::Pids => "pids",
+            KillReason::Timeout => "timeout",
+            KillReason::Containment => "containment",
+        }
+    }
+}
+
+/// How waiting for a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command ran and ended on its own terms (or by a signal it was sent).
+    Exited(ExitStatus),
+    /// The command never started: `code` is 126 (not executable) or 127 (not found).
+    NotStarted {
+        /// 126 or 127.
+        code: i32,
+        /// What the kernel said.
+        reason: String,
+    },
+    /// The backend killed the run.
+    Killed {
+        /// Why.
+        reason: KillReason,
+        /// How the command's process ended, when that was observed.
+        status: Option<ExitStatus>,
+    },
+}
+
+/// A failure of the backend itself. Always fail-closed: the runtime turns it into a `FAILED` or
+/// `KILLED` verdict, never into "nothing to report".
+#[derive(Debug, thiserror::Error)]
+#[error("{stage}: {message}")]
+pub struct BackendError {
+    /// Where it failed (`cgroup`, `clone`, `mounts`, `landlock`…).
+    pub stage: String,
+    /// What happened.
+    pub message: String,
+}
+
+impl BackendError {
+    /// Builds an error for a stage.
+    pub fn new(stage: impl Into<String>, message: impl ToString) -> Self {
+        BackendError {
+            stage: stage.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// An isolation backend.
+pub trait Backend {
+    /// A running sandbox.
+    type Run: Running;
+
+    /// A short name for reports (`linux-process`).
+    fn name(&self) -> &'static str;
+
+    /// What this backend would be able to enforce for `plan` on this host, without creating
+    /// anything. A provider the plan needs that reports `Degraded` or `NotConfigured` makes the
+    /// run refused unless the plan allows degradation.
+    fn probe(&self, plan: &Plan) -> Vec<ProviderReport>;
+
+    /// Creates the boundary and starts the command in it. On error, everything created so far
+    /// has been removed.
+    fn launch(&mut self, plan: &Plan) -> Result<Self::Run, BackendError>;
+}
+
+/// A run in progress.
+pub trait Running {
+    /// Waits until the command ends, a limit is hit, or `deadline` passes (then the run is
+    /// killed and the outcome says so).
+    fn wait(&mut self, deadline: Option<Instant>) -> Result<Outcome, BackendError>;
+
+    /// Kills every process of the run now.
+    fn kill(&mut self, reason: KillReason) -> Result<(), BackendError>;
+
+    /// What each mechanism reported, as observed so far.
+    fn enforcement(&self) -> Vec<ProviderReport>;
+
+    /// Kills whatever is left, verifies that nothing remains, and removes the boundary's
+    /// resources. Infallible by signature: a failure is part of the returned evidence.
+    fn teardown(self) -> Teardown;
+}
+
+/// Where a run's evidence goes (the ledger, in production).
+pub trait Evidence {
+    /// Appends one entry durably and returns its position.
+    fn record(&mut self, kind: &str, data: Value) -> Result<LedgerPosition, String>;
+}

@@ -1,0 +1,380 @@
+//! One run from plan to report: refuse what cannot be enforced, record, launch, wait, tear down,
+//! decide the verdict, record again. Every failure path ends in a report whose verdict is not
+//! `ALLOWED`: an error in the containment path never reads as "nothing to report".
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::backend::{Backend, Evidence, KillReason, Outcome, Running};
+use crate::plan::Plan;
+use crate::report::{EnforcementState, ExitStatus, ProviderReport, Report, Teardown, Verdict};
+
+/// Runs `plan` on `backend`, recording into `evidence`, and returns the report.
+pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evidence) -> Report {
+    let started = Instant::now();
+    let mut report = Report {
+        run_id: plan.run_id.clone(),
+        verdict: Verdict::Failed,
+        reasons: Vec::new(),
+        exit: ExitStatus::default(),
+        enforcement: Vec::new(),
+        ledger: None,
+        spec_hash: plan.spec_hash.clone(),
+        backend: backend.name().to_owned(),
+        teardown: Teardown::default(),
+        duration_ms: 0,
+    };
+
+    let probe = backend.probe(plan);
+    let shortfalls: Vec<&ProviderReport> = probe
+        .iter()
+        .filter(|p| p.state != EnforcementState::Enforced)
+        .collect();
+    if !shortfalls.is_empty() && !plan.allow_degraded {
+        report.enforcement = probe.clone();
+        report.reasons = shortfalls
+            .iter()
+            .map(|p| format!("{} would be {}: {}", p.provider, p.state, p.detail))
+            .collect();
+        report
+            .reasons
+            .push("refused before start (pass --allow-degraded to run anyway)".into());
+        finish(&mut report, evidence, "run.refused", started);
+        return report;
+    }
+
+    let start_data = json!({
+        "run_id": plan.run_id,
+        "spec_hash": plan.spec_hash,
+        "backend": backend.name(),
+        "argv": plan.argv,
+        "mounts": plan.mounts,
+        "net": plan.net,
+        "limits": plan.limits,
+        "allow_degraded": plan.allow_degraded,
+        "probe": probe,
+    });
+    if let Err(e) = evidence.record("run.start", start_data) {
+        report.reasons.push(format!(
+            "ledger: could not record the run's start, so it was not started: {e}"
+        ));
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        return report;
+    }
+
+    let mut run = match backend.launch(plan) {
+        Ok(run) => run,
+        Err(e) => {
+            report.enforcement = probe;
+            report.reasons.push(format!("launch failed: {e}"));
+            finish(&mut report, evidence, "run.end", started);
+            return report;
+        }
+    };
+
+    let deadline = plan.limits.timeout.map(|t| started + t);
+    let outcome = run.wait(deadline);
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            // Fail closed: we no longer know what the run is doing, so it is stopped.
+            let killed = run.kill(KillReason::Containment);
+            report
+                .reasons
+                .push(format!("backend failed while the command ran: {e}"));
+            if let Err(k) = killed {
+                report.reasons.push(format!("kill failed: {k}"));
+            }
+            Outcome::Killed {
+                reason: KillReason::Containment,
+                status: None,
+            }
+        }
+    };
+    report.enforcement = run.enforcement();
+    report.teardown = run.teardown();
+
+    match outcome {
+        Outcome::Exited(status) => {
+            report.exit = status;
+            report.verdict = Verdict::Allowed;
+        }
+        Outcome::NotStarted { code, reason } => {
+            report.exit = ExitStatus {
+                code: Some(code),
+                signal: None,
+            };
+            report.reasons.push(reason);
+            report.verdict = Verdict::Failed;
+        }
+        Outcome::Killed { reason, status } => {
+            report.exit = status.unwrap_or_default();
+            report.reasons.push(format!("killed: {}", reason.as_str()));
+            report.verdict = Verdict::Killed;
+        }
+    }
+
+    // The boundary must be shown intact for a run to be ALLOWED.
+    if !report.teardown.verified_empty {
+        report
+            .reasons
+            .push("teardown: could not verify that every process of the run is gone".into());
+        if report.verdict == Verdict::Allowed {
+            report.verdict = Verdict::Failed;
+        }
+    }
+    for p in &report.enforcement {
+        let acceptable = match p.state {
+            EnforcementState::Enforced | EnforcementState::NotConfigured => true,
+            EnforcementState::Degraded => plan.allow_degraded,
+            EnforcementState::VerificationFailed => false,
+        };
+        if !acceptable {
+            report
+                .reasons
+                .push(format!("{}: {}: {}", p.provider, p.state, p.detail));
+            if report.verdict == Verdict::Allowed {
+                report.verdict = Verdict::Failed;
+            }
+        }
+    }
+
+    finish(&mut report, evidence, "run.end", started);
+    report
+}
+
+/// Records the report's final entry and stores its position in the report. A run whose end
+/// cannot be recorded cannot be shown to anyone, so it is not `ALLOWED`.
+fn finish(report: &mut Report, evidence: &mut dyn Evidence, kind: &str, started: Instant) {
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    let data = json!({
+        "run_id": report.run_id,
+        "verdict": report.verdict,
+        "reasons": report.reasons,
+        "exit": report.exit,
+        "enforcement": report.enforcement,
+        "teardown": report.teardown,
+        "spec_hash": report.spec_hash,
+        "duration_ms": report.duration_ms,
+    });
+    match evidence.record(kind, data) {
+        Ok(pos) => report.ledger = Some(pos),
+        Err(e) => {
+            report
+                .reasons
+                .push(format!("ledger: could not record the run's end: {e}"));
+            if report.verdict == Verdict::Allowed {
+                report.verdict = Verdict::Failed;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendError;
+    use crate::report::LedgerPosition;
+    use crate::spec::RunSpec;
+    use serde_json::Value;
+
+    #[derive(Default)]
+    struct Recorder {
+        entries: Vec<(String, Value)>,
+        fail: bool,
+    }
+
+    impl Evidence for Recorder {
+        fn record(&mut self, kind: &str, data: Value) -> Result<LedgerPosition, String> {
+            if self.fail {
+                return Err("disk full".into());
+            }
+            self.entries.push((kind.to_owned(), data));
+            Ok(LedgerPosition {
+                path: "mem".into(),
+                seq: self.entries.len() as u64 - 1,
+                head: "00".into(),
+            })
+        }
+    }
+
+    /// A backend whose behaviour each test scripts.
+    struct Scripted {
+        probe: Vec<ProviderReport>,
+        outcome: Result<Outcome, String>,
+        verified_empty: bool,
+        launched: bool,
+    }
+
+    struct ScriptedRun {
+        outcome: Result<Outcome, String>,
+        verified_empty: bool,
+    }
+
+    impl Backend for Scripted {
+        type Run = ScriptedRun;
+        fn name(&self) -> &'static str {
+            "scripted"
+        }
+        fn probe(&self, _: &Plan) -> Vec<ProviderReport> {
+            self.probe.clone()
+        }
+        fn launch(&mut self, _: &Plan) -> Result<ScriptedRun, BackendError> {
+            self.launched = true;
+            Ok(ScriptedRun {
+                outcome: self.outcome.clone(),
+                verified_empty: self.verified_empty,
+            })
+        }
+    }
+
+    impl Running for ScriptedRun {
+        fn wait(&mut self, _: Option<Instant>) -> Result<Outcome, BackendError> {
+            self.outcome
+                .clone()
+                .map_err(|e| BackendError::new("wait", e))
+        }
+        fn kill(&mut self, _: KillReason) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn enforcement(&self) -> Vec<ProviderReport> {
+            vec![ProviderReport::new("x", EnforcementState::Enforced, "ok")]
+        }
+        fn teardown(self) -> Teardown {
+            Teardown {
+                verified_empty: self.verified_empty,
+                steps: vec![],
+            }
+        }
+    }
+
+    fn plan() -> Plan {
+        let dir = std::env::temp_dir();
+        RunSpec {
+            command: vec!["/bin/true".into()],
+            base_dir: dir,
+            ..RunSpec::default()
+        }
+        .validate("t")
+        .unwrap()
+    }
+
+    fn backend(outcome: Result<Outcome, String>) -> Scripted {
+        Scripted {
+            probe: vec![ProviderReport::new("x", EnforcementState::Enforced, "ok")],
+            outcome,
+            verified_empty: true,
+            launched: false,
+        }
+    }
+
+    fn exited(code: i32) -> Result<Outcome, String> {
+        Ok(Outcome::Exited(ExitStatus {
+            code: Some(code),
+            signal: None,
+        }))
+    }
+
+    #[test]
+    fn clean_run_is_allowed_and_recorded_twice() {
+        let mut ev = Recorder::default();
+        let r = execute(&plan(), &mut backend(exited(3)), &mut ev);
+        assert_eq!(r.verdict, Verdict::Allowed);
+        assert_eq!(r.exit_code(), 3);
+        let kinds: Vec<&str> = ev.entries.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(kinds, ["run.start", "run.end"]);
+        assert_eq!(r.ledger.unwrap().seq, 1);
+    }
+
+    #[test]
+    fn degraded_probe_refuses_without_touching_the_backend() {
+        let mut b = backend(exited(0));
+        b.probe = vec![ProviderReport::new(
+            "cgroup",
+            EnforcementState::NotConfigured,
+            "no cgroup",
+        )];
+        let mut ev = Recorder::default();
+        let r = execute(&plan(), &mut b, &mut ev);
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert_eq!(r.exit_code(), 125);
+        assert!(!b.launched, "a refused run must not be launched");
+        assert_eq!(ev.entries[0].0, "run.refused");
+    }
+
+    #[test]
+    fn degraded_probe_runs_when_allowed() {
+        let mut b = backend(exited(0));
+        b.probe = vec![ProviderReport::new(
+            "cgroup",
+            EnforcementState::Degraded,
+            "v1",
+        )];
+        let mut p = plan();
+        p.allow_degraded = true;
+        let r = execute(&p, &mut b, &mut Recorder::default());
+        assert_eq!(r.verdict, Verdict::Allowed);
+    }
+
+    #[test]
+    fn backend_error_during_wait_fails_closed() {
+        let r = execute(
+            &plan(),
+            &mut backend(Err("lost track".into())),
+            &mut Recorder::default(),
+        );
+        assert_eq!(r.verdict, Verdict::Killed);
+        assert_eq!(r.exit_code(), 137);
+        assert!(r.reasons.iter().any(|x| x.contains("lost track")));
+    }
+
+    #[test]
+    fn unverified_teardown_is_never_allowed() {
+        let mut b = backend(exited(0));
+        b.verified_empty = false;
+        let r = execute(&plan(), &mut b, &mut Recorder::default());
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert_eq!(r.exit_code(), 125);
+    }
+
+    #[test]
+    fn unrecordable_start_means_no_run() {
+        let mut b = backend(exited(0));
+        let mut ev = Recorder {
+            fail: true,
+            ..Recorder::default()
+        };
+        let r = execute(&plan(), &mut b, &mut ev);
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert!(!b.launched);
+    }
+
+    #[test]
+    fn limit_kill_is_killed_with_reason() {
+        let r = execute(
+            &plan(),
+            &mut backend(Ok(Outcome::Killed {
+                reason: KillReason::Memory,
+                status: None,
+            })),
+            &mut Recorder::default(),
+        );
+        assert_eq!(r.verdict, Verdict::Killed);
+        assert_eq!(r.reasons, ["killed: memory"]);
+    }
+
+    #[test]
+    fn not_found_command_exits_127() {
+        let r = execute(
+            &plan(),
+            &mut backend(Ok(Outcome::NotStarted {
+                code: 127,
+                reason: "not found".into(),
+            })),
+            &mut Recorder::default(),
+        );
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert_eq!(r.exit_code(), 127);
+    }
+}

@@ -1,0 +1,680 @@
+//! The run's cgroup: membership from birth (`CLONE_INTO_CGROUP`), limits, and a kill whose result
+//! is read back from the kernel.
+//!
+//! Two layouts are supported. On a pure cgroup v2 host everything lives in one v2 cgroup. On the
+//! hybrid layout (v2 mounted beside v1 hierarchies that own the `memory` and `pids` controllers)
+//! the v2 cgroup provides membership, `cgroup.kill`, `cgroup.freeze` and `cgroup.events`, and a
+//! v1 cgroup per controller carries the limits. New cgroups are created below the cgroup cordon
+//! itself runs in, never elsewhere.
+
+use std::fs;
+use std::io::{self, Read, Seek};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, poll};
+use rustix::fs::{Mode, OFlags, open};
+
+/// Errors of cgroup operations, each naming the file involved.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// No cgroup v2 hierarchy is mounted: no membership, kill or events.
+    #[error("no cgroup v2 hierarchy is mounted (looked in /proc/self/mountinfo)")]
+    NoV2,
+    /// Reading a file of the cgroup filesystem failed.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// Writing a file of the cgroup filesystem failed.
+    #[error("writing {value:?} to {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What was written.
+        value: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// Creating a cgroup directory failed.
+    #[error("creating cgroup {path}: {source}")]
+    Create {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A limit read back differs from what was written.
+    #[error("{path} reads back {got:?} after writing {wrote:?}")]
+    ReadBack {
+        /// The file.
+        path: PathBuf,
+        /// What was written.
+        wrote: String,
+        /// What the kernel reports.
+        got: String,
+    },
+    /// The controller a limit needs is not available.
+    #[error("the {0} controller is not available (neither in cgroup v2 nor as a v1 hierarchy)")]
+    NoController(&'static str),
+    /// The cgroup at the path is no longer the one created for the run.
+    #[error("{path} was replaced: its cgroup id is {found}, the run's is {expected}")]
+    Replaced {
+        /// The directory.
+        path: PathBuf,
+        /// The id recorded at creation.
+        expected: u64,
+        /// The id found now.
+        found: u64,
+    },
+}
+
+/// Which cgroup layout the host uses, as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutKind {
+    /// Everything in cgroup v2.
+    Unified,
+    /// cgroup v2 for membership/kill/events, v1 hierarchies for some controllers.
+    Hybrid,
+}
+
+/// Where the cgroup hierarchies are and where this process sits in them.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The v2 directory this process belongs to (where run cgroups are created below).
+    pub v2_base: PathBuf,
+    /// The v1 directory for the `memory` controller this process belongs to, if v1 owns it.
+    pub memory_v1: Option<PathBuf>,
+    /// The v1 directory for the `pids` controller, if v1 owns it.
+    pub pids_v1: Option<PathBuf>,
+    /// Controllers available in v2 at the base (`cgroup.controllers`).
+    pub v2_controllers: Vec<String>,
+}
+
+impl Layout {
+    /// Reads the layout from `/proc/self/mountinfo` and `/proc/self/cgroup`.
+    pub fn detect() -> Result<Layout, CgroupError> {
+        let mountinfo = read("/proc/self/mountinfo")?;
+        let membership = read("/proc/self/cgroup")?;
+        Self::parse(&mountinfo, &membership)
+    }
+
+    fn parse(mountinfo: &str, membership: &str) -> Result<Layout, CgroupError> {
+        let mut v2_mount = None;
+        let mut v1_mounts: Vec<(PathBuf, Vec<String>)> = Vec::new();
+        for line in mountinfo.lines() {
+            // Fields: id parent maj:min root mountpoint options [optional...] - fstype source superopts
+            let Some((pre, post)) = line.split_once(" - ") else {
+                continue;
+            };
+            let pre: Vec<&str> = pre.split(' ').collect();
+            let post: Vec<&str> = post.split(' ').collect();
+            if pre.len() < 5 || post.len() < 3 {
+                continue;
+            }
+            let mountpoint = PathBuf::from(unescape(pre[4]));
+            match post[0] {
+                "cgroup2" => v2_mount = v2_mount.or(Some(mountpoint)),
+                "cgroup" => {
+                    let opts = post[2].split(',').map(str::to_owned).collect();
+                    v1_mounts.push((mountpoint, opts));
+                }
+                _ => {}
+            }
+        }
+        let v2_mount = v2_mount.ok_or(CgroupError::NoV2)?;
+
+        let mut v2_rel = None;
+        let mut v1_rel: Vec<(Vec<String>, String)> = Vec::new();
+        for line in membership.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (Some(_), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if ctrls.is_empty() {
+                v2_rel = Some(path.to_owned());
+            } else {
+                v1_rel.push((
+                    ctrls.split(',').map(str::to_owned).collect(),
+                    path.to_owned(),
+                ));
+            }
+        }
+        let v2_base = join(&v2_mount, v2_rel.as_deref().unwrap_or("/"));
+        let v1_dir = |ctrl: &str| -> Option<PathBuf> {
+            let (mnt, _) = v1_mounts
+                .iter()
+                .find(|(_, o)| o.iter().any(|x| x == ctrl))?;
+            let (_, rel) = v1_rel.iter().find(|(c, _)| c.iter().any(|x| x == ctrl))?;
+            Some(join(mnt, rel))
+        };
+        let v2_controllers = fs::read_to_string(v2_base.join("cgroup.controllers"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        Ok(Layout {
+            memory_v1: v1_dir("memory"),
+            pids_v1: v1_dir("pids"),
+            v2_base,
+            v2_controllers,
+        })
+    }
+
+    /// Unified or hybrid.
+    pub fn kind(&self) -> LayoutKind {
+        if self.memory_v1.is_some() || self.pids_v1.is_some() {
+            LayoutKind::Hybrid
+        } else {
+            LayoutKind::Unified
+        }
+    }
+
+    fn has_v2(&self, controller: &str) -> bool {
+        self.v2_controllers.iter().any(|c| c == controller)
+    }
+
+    /// Whether a limit on `controller` can be set, and how.
+    pub fn controller_home(&self, controller: &'static str) -> Result<&'static str, CgroupError> {
+        let v1 = match controller {
+            "memory" => self.memory_v1.is_some(),
+            "pids" => self.pids_v1.is_some(),
+            _ => false,
+        };
+        if v1 {
+            Ok("cgroup v1")
+        } else if self.has_v2(controller) {
+            Ok("cgroup v2")
+        } else {
+            Err(CgroupError::NoController(controller))
+        }
+    }
+
+    /// Whether this process may create cgroups below its own (a write-access check only).
+    pub fn writable(&self) -> bool {
+        rustix::fs::access(&self.v2_base, rustix::fs::Access::WRITE_OK).is_ok()
+    }
+}
+
+/// Limits applied to the run's cgroup.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CgroupLimits {
+    /// Bytes.
+    pub memory: Option<u64>,
+    /// Processes and threads.
+    pub pids: Option<u64>,
+}
+
+/// One run's cgroup(s). Dropping it does not remove anything: call [`RunCgroup::teardown`].
+#[derive(Debug)]
+pub struct RunCgroup {
+    /// The v2 directory (membership, kill, freeze, events).
+    pub v2: PathBuf,
+    /// The kernel's id for the v2 cgroup (its inode number), recorded at creation.
+    pub id: u64,
+    /// An open descriptor of the v2 directory, for `CLONE_INTO_CGROUP`.
+    dir_fd: OwnedFd,
+    /// v1 directories carrying limits (hybrid layout), with their controller.
+    v1: Vec<(&'static str, PathBuf)>,
+    /// Where the memory limit and its events live.
+    memory_dir: Option<(PathBuf, bool)>,
+    /// Where the pids limit and its events live.
+    pids_dir: Option<PathBuf>,
+    /// Descriptions of what was set, for the report.
+    pub applied: Vec<String>,
+}
+
+impl RunCgroup {
+    /// Creates `<base>/cordon/<name>` in v2 (and in the v1 hierarchies that carry limits), then
+    /// writes and reads back the limits. On error, whatever was created is removed again.
+    pub fn create(layout: &Layout, name: &str, limits: CgroupLimits) -> Result<Self, CgroupError> {
+        let mut created: Vec<PathBuf> = Vec::new();
+        let result = Self::create_inner(layout, name, limits, &mut created);
+        if result.is_err() {
+            for dir in created.iter().rev() {
+                let _ = fs::remove_dir(dir);
+            }
+        }
+        result
+    }
+
+    fn create_inner(
+        layout: &Layout,
+        name: &str,
+        limits: CgroupLimits,
+        created: &mut Vec<PathBuf>,
+    ) -> Result<Self, CgroupError> {
+        let v2 = make_dirs(&layout.v2_base, name, created)?;
+        let meta = fs::metadata(&v2).map_err(|source| CgroupError::Read {
+            path: v2.clone(),
+            source,
+        })?;
+        let dir_fd = open(
+            &v2,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| CgroupError::Read {
+            path: v2.clone(),
+            source: e.into(),
+        })?;
+        let mut cg = RunCgroup {
+            v2: v2.clone(),
+            id: meta.ino(),
+            dir_fd,
+            v1: Vec::new(),
+            memory_dir: None,
+            pids_dir: None,
+            applied: Vec::new(),
+        };
+
+        if let Some(bytes) = limits.memory {
+            if let Some(base) = &layout.memory_v1 {
+                let dir = make_dirs(base, name, created)?;
+                write_read_back(&dir.join("memory.limit_in_bytes"), bytes, true)?;
+                // Without swap accounting the limit above already covers everything.
+                let memsw = dir.join("memory.memsw.limit_in_bytes");
+                if memsw.exists() {
+                    write_read_back(&memsw, bytes, true)?;
+                }
+                cg.applied
+                    .push(format!("memory.limit_in_bytes={bytes} (cgroup v1)"));
+                cg.v1.push(("memory", dir.clone()));
+                cg.memory_dir = Some((dir, true));
+            } else if layout.has_v2("memory") {
+                enable_controller(&layout.v2_base, "memory")?;
+                write_read_back(&v2.join("memory.max"), bytes, false)?;
+                let swap = v2.join("memory.swap.max");
+                if swap.exists() {
+                    write_read_back(&swap, 0, false)?;
+                }
+                cg.applied.push(format!("memory.max={bytes} (cgroup v2)"));
+                cg.memory_dir = Some((v2.clone(), false));
+            } else {
+                return Err(CgroupError::NoController("memory"));
+            }
+        }
+        if let Some(n) = limits.pids {
+            if let Some(base) = &layout.pids_v1 {
+                let dir = make_dirs(base, name, created)?;
+                write_read_back(&dir.join("pids.max"), n, false)?;
+                cg.applied.push(format!("pids.max={n} (cgroup v1)"));
+                cg.v1.push(("pids", dir.clone()));
+                cg.pids_dir = Some(dir);
+            } else if layout.has_v2("pids") {
+                enable_controller(&layout.v2_base, "pids")?;
+                write_read_back(&v2.join("pids.max"), n, false)?;
+                cg.applied.push(format!("pids.max={n} (cgroup v2)"));
+                cg.pids_dir = Some(v2.clone());
+            } else {
+                return Err(CgroupError::NoController("pids"));
+            }
+        }
+        Ok(cg)
+    }
+
+    /// The v2 directory descriptor for `clone3(CLONE_INTO_CGROUP)`.
+    pub fn dir_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.dir_fd.as_fd()
+    }
+
+    /// Moves `pid` into the v1 cgroups that carry limits (the v2 membership came with the clone).
+    /// Must happen before the process does anything the limits should cover.
+    pub fn attach_v1(&self, pid: i32) -> Result<(), CgroupError> {
+        for (_, dir) in &self.v1 {
+            write_file(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Refuses to act on a path whose cgroup is not the one created for this run (deleted and
+    /// recreated under the same name).
+    pub fn check_identity(&self) -> Result<(), CgroupError> {
+        let found = fs::metadata(&self.v2)
+            .map_err(|source| CgroupError::Read {
+                path: self.v2.clone(),
+                source,
+            })?
+            .ino();
+        if found == self.id {
+            Ok(())
+        } else {
+            Err(CgroupError::Replaced {
+                path: self.v2.clone(),
+                expected: self.id,
+                found,
+            })
+        }
+    }
+
+    /// Kills every process in the cgroup (`cgroup.kill`).
+    pub fn kill(&self) -> Result<(), CgroupError> {
+        self.check_identity()?;
+        write_file(&self.v2.join("cgroup.kill"), "1")
+    }
+
+    /// Whether `cgroup.events` says `populated 1`.
+    pub fn populated(&self) -> Result<bool, CgroupError> {
+        let events = read(self.v2.join("cgroup.events"))?;
+        Ok(key_value(&events, "populated") != Some(0))
+    }
+
+    /// Waits until `cgroup.events` shows `populated 0`, waking on the kernel's notification
+    /// (`POLLPRI`), for at most `limit`. Returns how long it took, or `None` on timeout.
+    pub fn wait_empty(&self, limit: Duration) -> Result<Option<Duration>, CgroupError> {
+        let path = self.v2.join("cgroup.events");
+        let start = Instant::now();
+        let mut file = fs::File::open(&path).map_err(|source| CgroupError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let mut buf = String::new();
+        loop {
+            buf.clear();
+            file.rewind()
+                .and_then(|_| file.read_to_string(&mut buf))
+                .map_err(|source| CgroupError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+            if key_value(&buf, "populated") == Some(0) {
+                return Ok(Some(start.elapsed()));
+            }
+            let left = limit.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let mut fds = [PollFd::new(&file, PollFlags::PRI | PollFlags::ERR)];
+            let ts = rustix::time::Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: i64::from(left.subsec_nanos()),
+            };
+            match poll(&mut fds, Some(&ts)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    return Err(CgroupError::Read {
+                        path,
+                        source: e.into(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The pids currently in the v2 cgroup.
+    pub fn procs(&self) -> Result<Vec<i32>, CgroupError> {
+        Ok(read(self.v2.join("cgroup.procs"))?
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect())
+    }
+
+    /// How many times the kernel's OOM killer acted in the run's memory cgroup.
+    pub fn oom_kills(&self) -> Result<u64, CgroupError> {
+        let Some((dir, v1)) = &self.memory_dir else {
+            return Ok(0);
+        };
+        let file = if *v1 {
+            "memory.oom_control"
+        } else {
+            "memory.events"
+        };
+        Ok(key_value(&read(dir.join(file))?, "oom_kill").unwrap_or(0))
+    }
+
+    /// How many times a fork was refused by the pids limit.
+    pub fn pids_max_hits(&self) -> Result<u64, CgroupError> {
+        let Some(dir) = &self.pids_dir else {
+            return Ok(0);
+        };
+        Ok(key_value(&read(dir.join("pids.events"))?, "max").unwrap_or(0))
+    }
+
+    /// Kills what is left, verifies `populated 0` (falling back to SIGKILL of each listed pid if
+    /// `cgroup.kill` does not empty it in time), and removes the directories. Each step and what
+    /// it showed goes into `steps`; returns whether emptiness was observed.
+    pub fn teardown(self, steps: &mut Vec<String>) -> bool {
+        let mut verified = false;
+        match self.kill() {
+            Ok(()) => steps.push("cgroup.kill written".into()),
+            Err(e) => steps.push(format!("cgroup.kill failed: {e}")),
+        }
+        match self.wait_empty(Duration::from_secs(2)) {
+            Ok(Some(t)) => {
+                steps.push(format!(
+                    "cgroup.events: populated 0 after {:.3} ms",
+                    t.as_secs_f64() * 1e3
+                ));
+                verified = true;
+            }
+            Ok(None) => steps.push("cgroup.events: still populated after 2 s".into()),
+            Err(e) => steps.push(format!("cgroup.events unreadable: {e}")),
+        }
+        if !verified {
+            // Fallback: kill each listed process, then look again. Reported as such.
+            let pids = self.procs().unwrap_or_default();
+            for pid in &pids {
+                // SAFETY: kill(2) with a pid read from cgroup.procs and SIGKILL touches no memory.
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            steps.push(format!(
+                "fallback: SIGKILL sent to {} listed pids",
+                pids.len()
+            ));
+            match self.wait_empty(Duration::from_secs(2)) {
+                Ok(Some(t)) => {
+                    steps.push(format!(
+                        "cgroup.events: populated 0 after fallback, {:.3} ms",
+                        t.as_secs_f64() * 1e3
+                    ));
+                    verified = true;
+                }
+                Ok(None) => steps.push("cgroup.events: still populated after fallback".into()),
+                Err(e) => steps.push(format!("cgroup.events unreadable: {e}")),
+            }
+        }
+        let mut dirs: Vec<PathBuf> = self.v1.iter().map(|(_, d)| d.clone()).collect();
+        dirs.push(self.v2.clone());
+        for dir in dirs {
+            match remove_dir_retry(&dir) {
+                Ok(()) => steps.push(format!("removed {}", dir.display())),
+                Err(e) => steps.push(format!("could not remove {}: {e}", dir.display())),
+            }
+        }
+        verified
+    }
+}
+
+/// Creates `<base>/cordon` (if needed) and `<base>/cordon/<name>`; records the new leaf.
+fn make_dirs(base: &Path, name: &str, created: &mut Vec<PathBuf>) -> Result<PathBuf, CgroupError> {
+    let parent = base.join("cordon");
+    match fs::create_dir(&parent) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(source) => {
+            return Err(CgroupError::Create {
+                path: parent,
+                source,
+            });
+        }
+    }
+    let dir = parent.join(name);
+    fs::create_dir(&dir).map_err(|source| CgroupError::Create {
+        path: dir.clone(),
+        source,
+    })?;
+    created.push(dir.clone());
+    Ok(dir)
+}
+
+/// Enables a controller for the children of `base/cordon` (pure v2). The `cordon` directory holds
+/// no processes, so the "no internal processes" rule is satisfied there; `base` itself must
+/// already delegate the controller.
+fn enable_controller(base: &Path, controller: &str) -> Result<(), CgroupError> {
+    let want = format!("+{controller}");
+    let base_ctl = base.join("cgroup.subtree_control");
+    let current = read(&base_ctl)?;
+    if !current.split_whitespace().any(|c| c == controller) {
+        // EBUSY here means the base cgroup holds processes (a login session's scope): cgroup v2
+        // forbids enabling controllers there. Run cordon in a delegated subtree instead, e.g.
+        // `systemd-run --scope -p Delegate=yes cordon run ...`.
+        write_file(&base_ctl, &want)?;
+    }
+    write_file(&base.join("cordon").join("cgroup.subtree_control"), &want)
+}
+
+/// Writes a numeric limit and checks the kernel kept it. v1 memory limits are rounded down to a
+/// page, which `page_rounded` allows for.
+fn write_read_back(path: &Path, value: u64, page_rounded: bool) -> Result<(), CgroupError> {
+    write_file(path, &value.to_string())?;
+    let got = read(path)?.trim().to_owned();
+    let expected = if page_rounded {
+        let page = rustix::param::page_size() as u64;
+        value / page * page
+    } else {
+        value
+    };
+    if got == expected.to_string() {
+        Ok(())
+    } else {
+        Err(CgroupError::ReadBack {
+            path: path.to_path_buf(),
+            wrote: value.to_string(),
+            got,
+        })
+    }
+}
+
+fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
+    fs::write(path, value).map_err(|source| CgroupError::Write {
+        path: path.to_path_buf(),
+        value: value.to_owned(),
+        source,
+    })
+}
+
+fn read(path: impl AsRef<Path>) -> Result<String, CgroupError> {
+    let path = path.as_ref();
+    fs::read_to_string(path).map_err(|source| CgroupError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The value of `key` in a flat-keyed file (`populated 0`, `oom_kill 3`).
+fn key_value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
+}
+
+/// `rmdir` of a cgroup, retried briefly: a v1 memory cgroup can stay busy for a moment after
+/// its last task exits.
+fn remove_dir_retry(dir: &Path) -> io::Result<()> {
+    let mut last = None;
+    for _ in 0..50 {
+        match fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("rmdir failed")))
+}
+
+fn join(mount: &Path, rel: &str) -> PathBuf {
+    let rel = rel.trim_start_matches('/');
+    if rel.is_empty() {
+        mount.to_path_buf()
+    } else {
+        mount.join(rel)
+    }
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID_MOUNTS: &str = "\
+30 25 0:26 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755
+31 30 0:27 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw
+35 30 0:31 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+38 30 0:34 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids
+";
+    const HYBRID_SELF: &str = "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/abc\n0::/\n";
+
+    #[test]
+    fn hybrid_layout_is_recognized() {
+        let l = Layout::parse(HYBRID_MOUNTS, HYBRID_SELF).unwrap();
+        assert_eq!(l.kind(), LayoutKind::Hybrid);
+        assert_eq!(l.v2_base, Path::new("/sys/fs/cgroup/unified"));
+        assert_eq!(
+            l.memory_v1.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/memory/process_api/abc"))
+        );
+        assert_eq!(l.pids_v1.as_deref(), Some(Path::new("/sys/fs/cgroup/pids")));
+    }
+
+    #[test]
+    fn unified_layout_is_recognized() {
+        let mounts = "29 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        let l = Layout::parse(mounts, "0::/user.slice/session-1.scope\n").unwrap();
+        assert_eq!(l.kind(), LayoutKind::Unified);
+        assert_eq!(
+            l.v2_base,
+            Path::new("/sys/fs/cgroup/user.slice/session-1.scope")
+        );
+    }
+
+    #[test]
+    fn no_v2_is_an_error() {
+        let mounts = "35 30 0:31 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert!(matches!(
+            Layout::parse(mounts, "4:memory:/\n"),
+            Err(CgroupError::NoV2)
+        ));
+    }
+
+    #[test]
+    fn flat_keyed_values() {
+        assert_eq!(key_value("populated 0\nfrozen 1\n", "populated"), Some(0));
+        assert_eq!(key_value("populated 1\nfrozen 0\n", "frozen"), Some(0));
+        assert_eq!(
+            key_value("oom_kill_disable 0\noom_kill 3\n", "oom_kill"),
+            Some(3)
+        );
+        assert_eq!(key_value("max 0\n", "populated"), None);
+    }
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape(r"/a\040b"), "/a b");
+        assert_eq!(unescape(r"/plain"), "/plain");
+    }
+}

@@ -1,0 +1,368 @@
+//! The sandbox's init: pid 1 of the run's pid namespace, started by the launcher as a fresh
+//! `cordon` process (so it is single-threaded and may allocate freely).
+//!
+//! It waits for the launcher's go, then builds the boundary in the order the best sandboxes
+//! converge on — identity, mount tree and `pivot_root`, hostname, loopback, rlimits, drop every
+//! capability, `no_new_privs`, Landlock, seccomp **last** — reports, waits for the launcher's
+//! second go (given only after the launcher has checked the boundary from the host), then forks
+//! the command into a session of its own and stays as its reaper, forwarding signals, until the
+//! command ends. When init exits, the kernel kills whatever else is left in the pid namespace.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+use cordon_runtime::{NetPlan, Plan};
+
+use crate::proto::{GO_BUILD, GO_EXEC, InitConfig, Message};
+use crate::{caps, landlock, mounts, seccomp, sys};
+
+/// A failure inside init, reported to the launcher as [`Message::Error`].
+struct Failure {
+    stage: &'static str,
+    message: String,
+}
+
+trait Stage<T> {
+    fn stage(self, stage: &'static str) -> Result<T, Failure>;
+}
+
+impl<T, E: std::fmt::Display> Stage<T> for Result<T, E> {
+    fn stage(self, stage: &'static str) -> Result<T, Failure> {
+        self.map_err(|e| Failure {
+            stage,
+            message: e.to_string(),
+        })
+    }
+}
+
+/// Init's entry point: `args` are `cordon-init CONFIG_FD STATUS_FD`. Never returns.
+pub fn main(args: &[String]) -> ! {
+    let fd = |i: usize| args.get(i).and_then(|s| s.parse::<i32>().ok());
+    let (Some(config_fd), Some(status_fd)) = (fd(1), fd(2)) else {
+        eprintln!("cordon-init: started without its descriptors; it is started by `cordon run`");
+        sys::exit_now(125);
+    };
+    // SAFETY: the launcher passed these descriptor numbers, opened for this process and owned by
+    // nobody else in it; each is wrapped exactly once.
+    let (config, status) = unsafe { (File::from_raw_fd(config_fd), File::from_raw_fd(status_fd)) };
+    let mut status = Status(status);
+    let code = match run(config, &mut status) {
+        Ok(code) => code,
+        Err(f) => {
+            status.send(&Message::Error {
+                stage: f.stage.to_owned(),
+                message: f.message,
+            });
+            125
+        }
+    };
+    sys::exit_now(code)
+}
+
+/// The status pipe to the launcher.
+struct Status(File);
+
+impl Status {
+    fn send(&mut self, msg: &Message) {
+        if let Ok(mut line) = serde_json::to_vec(msg) {
+            line.push(b'\n');
+            // If the launcher is gone there is nobody to tell; the death signal follows.
+            let _ = self.0.write_all(&line);
+        }
+    }
+}
+
+fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
+    // Die with the launcher: a sandbox nobody supervises must not keep running.
+    // SAFETY: PR_SET_PDEATHSIG takes an integer signal number and touches no memory.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+
+    let mut text = String::new();
+    config_file.read_to_string(&mut text).stage("config")?;
+    drop(config_file);
+    let config: InitConfig = serde_json::from_str(&text).stage("config")?;
+    let plan = &config.plan;
+    // SAFETY: the launcher passed this descriptor number for this process; wrapped exactly once.
+    let mut sync = unsafe { File::from_raw_fd(config.sync_fd) };
+    for f in [sync.as_fd(), status.0.as_fd()] {
+        rustix::io::fcntl_setfd(f, rustix::io::FdFlags::CLOEXEC).stage("config")?;
+    }
+
+    if !wait_for(&mut sync, GO_BUILD) {
+        return Ok(0);
+    }
+
+    // Identity first: files created while building the tree must belong to a mapped id. The
+    // capabilities this process holds in its user namespace survive the change (uid 0 is not
+    // mapped, so the kernel's root-to-non-root rule does not apply); they are dropped below.
+    let id = plan.identity;
+    if !config.unprivileged {
+        rustix::thread::set_thread_groups(&[]).stage("setgroups")?;
+    }
+    rustix::thread::set_thread_res_gid(
+        rustix::process::Gid::from_raw(id.gid),
+        rustix::process::Gid::from_raw(id.gid),
+        rustix::process::Gid::from_raw(id.gid),
+    )
+    .stage("setresgid")?;
+    rustix::thread::set_thread_res_uid(
+        rustix::process::Uid::from_raw(id.uid),
+        rustix::process::Uid::from_raw(id.uid),
+        rustix::process::Uid::from_raw(id.uid),
+    )
+    .stage("setresuid")?;
+
+    let mounts = mounts::build(plan).stage("mounts")?;
+    rustix::system::sethostname(plan.hostname.as_bytes()).stage("hostname")?;
+    if plan.net == NetPlan::None {
+        loopback_up().stage("loopback")?;
+    }
+    set_rlimits().stage("rlimits")?;
+    caps::drop_all().stage("capabilities")?;
+    rustix::thread::set_no_new_privs(true).stage("no_new_privs")?;
+    let landlock = landlock::apply(&plan.landlock).stage("landlock")?;
+    let programs = seccomp::build().stage("seccomp")?;
+    seccomp::install(&programs).stage("seccomp")?;
+    // From here on only the allowlist's calls are possible, in this process and its children.
+
+    status.send(&Message::Ready {
+        landlock: match landlock {
+            landlock::Enforcement::Full => "full",
+            landlock::Enforcement::Partial => "partial",
+            landlock::Enforcement::None => "none",
+        }
+        .to_owned(),
+        landlock_abi: landlock::kernel_abi(),
+        seccomp_programs: programs.len(),
+        mounts,
+        groups_dropped: !config.unprivileged,
+    });
+    if !wait_for(&mut sync, GO_EXEC) {
+        return Ok(0);
+    }
+    drop(sync);
+    start_and_reap(plan, status)
+}
+
+/// Reads one byte and checks it; end of file (the launcher is gone or said stop) is `false`.
+fn wait_for(sync: &mut File, expected: u8) -> bool {
+    let mut b = [0u8; 1];
+    loop {
+        match sync.read(&mut b) {
+            Ok(1) => return b[0] == expected,
+            Ok(_) => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Brings up loopback in the run's empty network namespace (what "no network" still offers).
+fn loopback_up() -> std::io::Result<()> {
+    let sock = rustix::net::socket(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::DGRAM,
+        None,
+    )?;
+    // SAFETY: `ifreq` is plain data for which zeroes are valid.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the `ifreq` passed, which lives across
+    // both calls; the socket is a valid descriptor.
+    unsafe {
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// No core dumps (they would write the command's memory to the host).
+fn set_rlimits() -> std::io::Result<()> {
+    rustix::process::setrlimit(
+        rustix::process::Resource::Core,
+        rustix::process::Rlimit {
+            current: Some(0),
+            maximum: Some(0),
+        },
+    )?;
+    Ok(())
+}
+
+/// Signals init receives and forwards to the command's process group, plus `SIGCHLD`.
+const FORWARDED: [libc::c_int; 8] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+];
+
+fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialize and modify the local set only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Forks the command, reports how its exec went, then reaps until it ends.
+fn start_and_reap(plan: &Plan, status: &mut Status) -> Result<i32, Failure> {
+    let argv =
+        sys::CStringArray::new(plan.argv.iter().map(|s| s.as_bytes().to_vec())).stage("exec")?;
+    let envp =
+        sys::CStringArray::new(plan.env.iter().map(|(k, v)| format!("{k}={v}"))).stage("exec")?;
+    let candidates = candidates(plan).stage("exec")?;
+    std::env::set_current_dir(&plan.cwd).stage("chdir")?;
+
+    let mut all = FORWARDED.to_vec();
+    all.push(libc::SIGCHLD);
+    let blocked = sigset(&all);
+    let empty = sigset(&[]);
+    // SAFETY: sigprocmask with valid set pointers; init is single-threaded.
+    unsafe { libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut()) };
+
+    let (exec_r, exec_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).stage("exec")?;
+
+    // SAFETY: init is single-threaded (a fresh exec that started no threads), so the child may
+    // do anything the parent could.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(Failure {
+            stage: "fork",
+            message: std::io::Error::last_os_error().to_string(),
+        });
+    }
+    if pid == 0 {
+        drop(exec_r);
+        exec_command(&candidates, &argv, &envp, &empty, exec_w);
+    }
+    drop(exec_w);
+    let started = match sys::read_i32(exec_r.as_fd()) {
+        Ok(None) => {
+            status.send(&Message::Started { pid });
+            true
+        }
+        Ok(Some(errno)) => {
+            status.send(&Message::ExecFailed {
+                errno,
+                command: plan.argv[0].clone(),
+            });
+            false
+        }
+        Err(e) => {
+            return Err(Failure {
+                stage: "exec",
+                message: e.to_string(),
+            });
+        }
+    };
+    drop(exec_r);
+
+    loop {
+        let mut info: libc::siginfo_t =
+            // SAFETY: siginfo_t is plain data; zeroes are valid.
+            unsafe { std::mem::zeroed() };
+        // SAFETY: waits for one of the blocked signals; `info` is a valid out-pointer.
+        let sig = unsafe { libc::sigwaitinfo(&blocked, &mut info) };
+        if sig < 0 {
+            continue;
+        }
+        if sig != libc::SIGCHLD {
+            // SAFETY: kill(2) on the command's process group (its pid, it called setsid).
+            unsafe { libc::kill(-pid, sig) };
+            continue;
+        }
+        loop {
+            let mut wstatus = 0;
+            // SAFETY: waitpid with a valid out-pointer.
+            let r = unsafe { libc::waitpid(-1, &mut wstatus, libc::WNOHANG) };
+            if r <= 0 {
+                break;
+            }
+            if r == pid {
+                if started {
+                    let (code, signal) = if libc::WIFEXITED(wstatus) {
+                        (Some(libc::WEXITSTATUS(wstatus)), None)
+                    } else if libc::WIFSIGNALED(wstatus) {
+                        (None, Some(libc::WTERMSIG(wstatus)))
+                    } else {
+                        (None, None)
+                    };
+                    status.send(&Message::Exited { code, signal });
+                }
+                return Ok(0);
+            }
+        }
+    }
+}
+
+/// The paths `execve` is tried on, as `execvp` would: the name itself when it has a slash,
+/// otherwise each `PATH` directory of the plan's environment.
+fn candidates(plan: &Plan) -> Result<Vec<CString>, std::ffi::NulError> {
+    let name = &plan.argv[0];
+    if name.contains('/') {
+        return Ok(vec![CString::new(name.as_bytes())?]);
+    }
+    let path = plan
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or("/usr/bin:/bin", |(_, v)| v.as_str());
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| {
+            CString::new(
+                Path::new(d)
+                    .join(name)
+                    .into_os_string()
+                    .into_encoded_bytes(),
+            )
+        })
+        .collect()
+}
+
+/// In the forked child: new session, default signal mask, exec. Reports the errno on failure.
+fn exec_command(
+    candidates: &[CString],
+    argv: &sys::CStringArray,
+    envp: &sys::CStringArray,
+    empty: &libc::sigset_t,
+    report: OwnedFd,
+) -> ! {
+    let _ = rustix::process::setsid();
+    // SAFETY: sigprocmask with a valid set; this process is single-threaded.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, empty, std::ptr::null_mut()) };
+    let mut errno = libc::ENOENT;
+    for c in candidates {
+        // SAFETY: `c`, `argv` and `envp` are NUL-terminated and NULL-terminated as execve needs,
+        // and outlive the call.
+        unsafe { libc::execve(c.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOENT);
+        // As execvp: a missing candidate lets the search go on; anything else is remembered.
+        if e != libc::ENOENT && e != libc::ENOTDIR {
+            errno = e;
+        }
+    }
+    let _ = sys::write_all_raw(report.as_raw_fd(), &errno.to_ne_bytes());
+    sys::exit_now(127)
+}

@@ -1,0 +1,860 @@
+//! The host side of a run: create the cgroup, clone init into new namespaces (straight into the
+//! cgroup), map its identity, let it build the boundary, check the boundary from the host, let
+//! the command start, supervise it (signals, limits, timeout) and tear everything down.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cordon_runtime::{
+    Backend, BackendError, EnforcementState, ExitStatus, KillReason, NetPlan, Outcome, Plan,
+    ProviderReport, Running, Teardown,
+};
+
+use crate::caps::StatusCaps;
+use crate::cgroup::{CgroupLimits, Layout, LayoutKind, RunCgroup};
+use crate::landlock;
+use crate::proto::{GO_BUILD, GO_EXEC, INIT_ARGV0, InitConfig, Message};
+use crate::sys::{self, Cloned, clone_flags};
+
+/// How often limits are polled while the command runs.
+const LIMIT_POLL: Duration = Duration::from_millis(50);
+
+/// Namespaces every run gets, and what `/proc/<pid>/ns` calls them.
+const NAMESPACES: [&str; 6] = ["user", "pid", "mnt", "ipc", "uts", "cgroup"];
+
+/// The Linux process backend.
+#[derive(Debug)]
+pub struct LinuxBackend {
+    init_exe: PathBuf,
+    privileged: bool,
+}
+
+impl LinuxBackend {
+    /// A backend whose sandbox init is `init_exe` (a `cordon` binary, which dispatches on
+    /// `argv[0] == "cordon-init"`).
+    pub fn new(init_exe: PathBuf) -> Self {
+        LinuxBackend {
+            init_exe,
+            privileged: rustix::process::geteuid().is_root(),
+        }
+    }
+
+    fn layout(&self) -> Option<Layout> {
+        if !self.privileged {
+            return None;
+        }
+        Layout::detect().ok().filter(Layout::writable)
+    }
+}
+
+impl Backend for LinuxBackend {
+    type Run = LinuxRun;
+
+    fn name(&self) -> &'static str {
+        "linux-process"
+    }
+
+    fn probe(&self, plan: &Plan) -> Vec<ProviderReport> {
+        use EnforcementState::*;
+        let mut out = Vec::new();
+        let abi = landlock::kernel_abi();
+        out.push(match abi {
+            0 => ProviderReport::new("landlock", NotConfigured, "the kernel has no Landlock"),
+            a if a < 6 => ProviderReport::new(
+                "landlock",
+                Degraded,
+                format!("kernel Landlock ABI {a}: no signal/abstract-socket scoping"),
+            ),
+            a => ProviderReport::new("landlock", Enforced, format!("kernel Landlock ABI {a}")),
+        });
+        match self.layout() {
+            Some(layout) => {
+                let kind = match layout.kind() {
+                    LayoutKind::Unified => "cgroup v2",
+                    LayoutKind::Hybrid => "hybrid cgroup v1/v2",
+                };
+                out.push(ProviderReport::new(
+                    "cgroup",
+                    Enforced,
+                    format!("{kind} below {}", layout.v2_base.display()),
+                ));
+                for (want, ctrl) in [
+                    (plan.limits.memory.is_some(), "memory"),
+                    (plan.limits.pids.is_some(), "pids"),
+                ] {
+                    if want {
+                        out.push(match layout.controller_home(ctrl) {
+                            Ok(home) => ProviderReport::new(ctrl, Enforced, home),
+                            Err(e) => ProviderReport::new(ctrl, NotConfigured, e.to_string()),
+                        });
+                    }
+                }
+            }
+            None => {
+                let why = if self.privileged {
+                    "no writable cgroup v2 hierarchy"
+                } else {
+                    "not root: no cgroup (no cgroup.kill; teardown relies on the pid namespace)"
+                };
+                out.push(ProviderReport::new("cgroup", NotConfigured, why));
+                for (want, ctrl) in [
+                    (plan.limits.memory.is_some(), "memory"),
+                    (plan.limits.pids.is_some(), "pids"),
+                ] {
+                    if want {
+                        out.push(ProviderReport::new(ctrl, NotConfigured, why));
+                    }
+                }
+            }
+        }
+        if let NetPlan::Allow(_) = plan.net {
+            out.push(ProviderReport::new(
+                "egress",
+                NotConfigured,
+                "destination allowlists need the eBPF egress provider, which this build lacks",
+            ));
+        }
+        out
+    }
+
+    fn launch(&mut self, plan: &Plan) -> Result<LinuxRun, BackendError> {
+        if let NetPlan::Allow(_) = plan.net {
+            return Err(BackendError::new(
+                "network",
+                "--net allow: is not available in this build (use none or host)",
+            ));
+        }
+        let cgroup = match self.layout() {
+            Some(layout) => Some(
+                RunCgroup::create(
+                    &layout,
+                    &plan.run_id,
+                    CgroupLimits {
+                        memory: plan.limits.memory,
+                        pids: plan.limits.pids,
+                    },
+                )
+                .map_err(|e| BackendError::new("cgroup", e))?,
+            ),
+            None => None,
+        };
+        let mut started = Starting { cgroup, init: None };
+        match started.launch(self, plan) {
+            Ok(run) => Ok(run),
+            Err(e) => {
+                started.abort();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The resources of a launch in progress, released by [`Starting::abort`] if it fails.
+struct Starting {
+    cgroup: Option<RunCgroup>,
+    init: Option<(i32, OwnedFd)>,
+}
+
+impl Starting {
+    fn abort(mut self) {
+        if let Some((_, pidfd)) = &self.init {
+            let _ = rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL);
+            let _ = rustix::process::waitid(
+                rustix::process::WaitId::PidFd(pidfd.as_fd()),
+                rustix::process::WaitIdOptions::EXITED,
+            );
+        }
+        if let Some(cg) = self.cgroup.take() {
+            let mut steps = Vec::new();
+            cg.teardown(&mut steps);
+        }
+    }
+
+    fn launch(&mut self, backend: &LinuxBackend, plan: &Plan) -> Result<LinuxRun, BackendError> {
+        let err = |stage: &'static str| move |e: io::Error| BackendError::new(stage, e);
+        let launched_at = Instant::now();
+
+        // Everything the child needs is prepared here: after the clone it only calls execveat.
+        let exe = rustix::fs::open(
+            &backend.init_exe,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| BackendError::new("init", format!("{}: {e}", backend.init_exe.display())))?;
+        let (sync_r, sync_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| err("pipe")(e.into()))?;
+        let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| err("pipe")(e.into()))?;
+        let config = InitConfig {
+            plan: plan.clone(),
+            sync_fd: sync_r.as_raw_fd(),
+            status_fd: status_w.as_raw_fd(),
+            unprivileged: !backend.privileged,
+        };
+        let config_fd = rustix::fs::memfd_create(
+            "cordon-init-config",
+            rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(|e| err("config")(e.into()))?;
+        {
+            let mut f = File::from(config_fd.try_clone().map_err(err("config"))?);
+            serde_json::to_writer(&mut f, &config).map_err(|e| BackendError::new("config", e))?;
+            f.flush().map_err(err("config"))?;
+        }
+        rustix::fs::seek(&config_fd, rustix::fs::SeekFrom::Start(0))
+            .map_err(|e| err("config")(e.into()))?;
+        rustix::fs::fcntl_add_seals(
+            &config_fd,
+            rustix::fs::SealFlags::WRITE
+                | rustix::fs::SealFlags::GROW
+                | rustix::fs::SealFlags::SHRINK
+                | rustix::fs::SealFlags::SEAL,
+        )
+        .map_err(|e| err("config")(e.into()))?;
+        let argv = sys::CStringArray::new([
+            INIT_ARGV0.to_owned(),
+            config_fd.as_raw_fd().to_string(),
+            status_w.as_raw_fd().to_string(),
+        ])
+        .map_err(err("init"))?;
+        let envp = sys::CStringArray::new(Vec::<Vec<u8>>::new()).map_err(err("init"))?;
+        let inherit = [
+            config_fd.as_raw_fd(),
+            sync_r.as_raw_fd(),
+            status_w.as_raw_fd(),
+        ];
+        let last_cap = crate::caps::last_cap();
+
+        let mut flags = clone_flags::NEWUSER
+            | clone_flags::NEWPID
+            | clone_flags::NEWNS
+            | clone_flags::NEWIPC
+            | clone_flags::NEWUTS
+            | clone_flags::NEWCGROUP;
+        if plan.net == NetPlan::None {
+            flags |= clone_flags::NEWNET;
+        }
+
+        // Signals that must reach the command are held until `wait` forwards them; init inherits
+        // the mask and sets its own.
+        block_forwarded_signals();
+
+        // SAFETY: the child calls only fcntl, execveat, write and _exit (async-signal-safe, no
+        // allocation) on data prepared above, which the copied address space still holds.
+        let cloned = unsafe { sys::clone3(flags, self.cgroup.as_ref().map(RunCgroup::dir_fd)) }
+            .map_err(err("clone3"))?;
+        let (pid, pidfd) = match cloned {
+            Cloned::Child => {
+                for fd in inherit {
+                    if sys::clear_cloexec(fd).is_err() {
+                        sys::exit_now(125);
+                    }
+                }
+                // The clone gave this process every capability in its new user namespace; an
+                // exec by an unmapped uid would drop them, so they ride along as ambient ones.
+                if crate::caps::keep_across_exec(last_cap).is_err() {
+                    let _ = sys::write_all_raw(
+                        status_w.as_raw_fd(),
+                        b"{\"Error\":{\"stage\":\"init\",\"message\":\"could not keep capabilities across exec\"}}\n",
+                    );
+                    sys::exit_now(125);
+                }
+                // SAFETY: argv and envp are NULL-terminated arrays of NUL-terminated strings
+                // owned by `argv`/`envp`, alive in this copy of the address space.
+                let _ = unsafe { sys::execveat(exe.as_raw_fd(), argv.as_ptr(), envp.as_ptr()) };
+                let _ = sys::write_all_raw(
+                    status_w.as_raw_fd(),
+                    b"{\"Error\":{\"stage\":\"init\",\"message\":\"could not execute cordon's init\"}}\n",
+                );
+                sys::exit_now(125);
+            }
+            Cloned::Parent { pid, pidfd } => (pid, pidfd),
+        };
+        self.init = Some((pid, pidfd.try_clone().map_err(err("clone3"))?));
+        drop((sync_r, status_w, config_fd, exe));
+
+        write_id_maps(pid, plan, backend.privileged).map_err(err("uid_map"))?;
+        if let Some(cg) = &self.cgroup {
+            cg.attach_v1(pid)
+                .map_err(|e| BackendError::new("cgroup", e))?;
+        }
+        let mut sync = File::from(sync_w);
+        sync.write_all(&[GO_BUILD]).map_err(err("sync"))?;
+
+        let mut status = BufReader::new(File::from(status_r));
+        let ready = match read_message(&mut status).map_err(err("status"))? {
+            Some(Message::Ready {
+                landlock,
+                landlock_abi,
+                seccomp_programs,
+                mounts,
+                groups_dropped,
+            }) => (
+                landlock,
+                landlock_abi,
+                seccomp_programs,
+                mounts,
+                groups_dropped,
+            ),
+            Some(Message::Error { stage, message }) => {
+                return Err(BackendError::new(stage, message));
+            }
+            Some(other) => {
+                return Err(BackendError::new("init", format!("unexpected {other:?}")));
+            }
+            None => {
+                return Err(BackendError::new(
+                    "init",
+                    "exited before the boundary was built",
+                ));
+            }
+        };
+
+        // Check the boundary from the host before anything of the command runs.
+        let enforcement = verify(pid, plan, &ready, backend.privileged, self.cgroup.as_ref());
+        let refused: Vec<String> = enforcement
+            .iter()
+            .filter(|p| match p.state {
+                EnforcementState::Enforced | EnforcementState::NotConfigured => false,
+                EnforcementState::Degraded => !plan.allow_degraded,
+                EnforcementState::VerificationFailed => true,
+            })
+            .map(|p| format!("{} {}: {}", p.provider, p.state, p.detail))
+            .collect();
+        if !refused.is_empty() {
+            return Err(BackendError::new("verify", refused.join("; ")));
+        }
+        let ns_pid = ns_inode(pid, "pid");
+
+        sync.write_all(&[GO_EXEC]).map_err(err("sync"))?;
+        drop(sync);
+        let start = match read_message(&mut status).map_err(err("status"))? {
+            Some(Message::Started { .. }) => None,
+            Some(Message::ExecFailed { errno, command }) => {
+                let code = if errno == libc::ENOENT { 127 } else { 126 };
+                let what = if code == 127 {
+                    "command not found"
+                } else {
+                    "command not executable"
+                };
+                Some(Outcome::NotStarted {
+                    code,
+                    reason: format!("{what}: {command}: {}", sys::errno_name(errno)),
+                })
+            }
+            Some(Message::Error { stage, message }) => {
+                return Err(BackendError::new(stage, message));
+            }
+            other => {
+                return Err(BackendError::new("init", format!("unexpected {other:?}")));
+            }
+        };
+
+        let (init_pid, init_fd) = self
+            .init
+            .take()
+            .ok_or_else(|| BackendError::new("init", "lost"))?;
+        Ok(LinuxRun {
+            pid: init_pid,
+            pidfd: init_fd,
+            cgroup: self.cgroup.take(),
+            status,
+            enforcement,
+            not_started: start,
+            ns_pid,
+            launched_at,
+            killed: None,
+            exit: None,
+        })
+    }
+}
+
+/// Maps the sandbox's uid/gid to the plan's host identity. Nothing else is mapped: uid 0 inside
+/// is nobody outside.
+fn write_id_maps(pid: i32, plan: &Plan, privileged: bool) -> io::Result<()> {
+    let id = plan.identity;
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    if !privileged {
+        // An unprivileged writer may only map its own gid, and only once setgroups is denied.
+        std::fs::write(proc.join("setgroups"), "deny")?;
+    }
+    std::fs::write(
+        proc.join("uid_map"),
+        format!("{} {} 1\n", id.uid, id.host_uid),
+    )?;
+    std::fs::write(
+        proc.join("gid_map"),
+        format!("{} {} 1\n", id.gid, id.host_gid),
+    )?;
+    Ok(())
+}
+
+fn read_message(r: &mut BufReader<File>) -> io::Result<Option<Message>> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        return serde_json::from_str(&line)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+    }
+}
+
+fn ns_inode(pid: i32, ns: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/{ns}"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// The host-side check of the boundary init reports built: what `/proc/<pid>/status` and
+/// `/proc/<pid>/ns/*` show, compared with what was asked for. Nothing init says about itself is
+/// taken as the evidence, except Landlock's ruleset status, which only the restricted process can
+/// see (reported as such).
+fn verify(
+    pid: i32,
+    plan: &Plan,
+    ready: &(String, i32, usize, usize, bool),
+    privileged: bool,
+    cgroup: Option<&RunCgroup>,
+) -> Vec<ProviderReport> {
+    use EnforcementState::*;
+    let (landlock_state, abi, programs, mounts, groups_dropped) = ready;
+    let mut out = Vec::new();
+
+    let mut wanted: Vec<&str> = NAMESPACES.to_vec();
+    if plan.net == NetPlan::None {
+        wanted.push("net");
+    }
+    let mut same = Vec::new();
+    for ns in &wanted {
+        match (ns_inode(pid, ns), ns_inode(std::process::id() as i32, ns)) {
+            (Some(a), Some(b)) if a != b => {}
+            _ => same.push(*ns),
+        }
+    }
+    out.push(if same.is_empty() {
+        ProviderReport::new(
+            "namespaces",
+            Enforced,
+            format!("new {} (inodes differ from cordon's)", wanted.join(", ")),
+        )
+    } else {
+        ProviderReport::new(
+            "namespaces",
+            VerificationFailed,
+            format!("shared with the host: {}", same.join(", ")),
+        )
+    });
+
+    out.push(ProviderReport::new(
+        "mounts",
+        Enforced,
+        format!("pivot_root into a read-only tmpfs root with {mounts} mounts"),
+    ));
+
+    match StatusCaps::read(pid) {
+        Ok(st) => {
+            out.push(if st.no_capabilities() {
+                ProviderReport::new(
+                    "capabilities",
+                    Enforced,
+                    "CapInh/CapPrm/CapEff/CapBnd/CapAmb all 0 in /proc/<pid>/status",
+                )
+            } else {
+                ProviderReport::new(
+                    "capabilities",
+                    VerificationFailed,
+                    format!("/proc/<pid>/status shows capability sets {:x?}", st.sets),
+                )
+            });
+            out.push(if st.no_new_privs {
+                ProviderReport::new("no_new_privs", Enforced, "NoNewPrivs: 1")
+            } else {
+                ProviderReport::new("no_new_privs", VerificationFailed, "NoNewPrivs: 0")
+            });
+            out.push(
+                if st.seccomp_mode == 2 && st.seccomp_filters as usize >= *programs {
+                    ProviderReport::new(
+                        "seccomp",
+                        Enforced,
+                        format!(
+                            "Seccomp: 2, Seccomp_filters: {} (default-kill allowlist)",
+                            st.seccomp_filters
+                        ),
+                    )
+                } else {
+                    ProviderReport::new(
+                        "seccomp",
+                        VerificationFailed,
+                        format!(
+                            "Seccomp: {}, Seccomp_filters: {} (expected 2 and >= {programs})",
+                            st.seccomp_mode, st.seccomp_filters
+                        ),
+                    )
+                },
+            );
+        }
+        Err(e) => {
+            for p in ["capabilities", "no_new_privs", "seccomp"] {
+                out.push(ProviderReport::new(
+                    p,
+                    VerificationFailed,
+                    format!("/proc/{pid}/status unreadable: {e}"),
+                ));
+            }
+        }
+    }
+
+    out.push(match landlock_state.as_str() {
+        "full" => ProviderReport::new(
+            "landlock",
+            Enforced,
+            format!(
+                "ruleset fully enforced (kernel ABI {abi}, as reported by the restricted init)"
+            ),
+        ),
+        "partial" => ProviderReport::new(
+            "landlock",
+            Degraded,
+            format!("ruleset partially enforced (kernel ABI {abi})"),
+        ),
+        _ => ProviderReport::new("landlock", NotConfigured, "the kernel enforced no ruleset"),
+    });
+
+    if !groups_dropped {
+        out.push(ProviderReport::new(
+            "identity",
+            Degraded,
+            "unprivileged user namespace: supplementary groups could not be dropped",
+        ));
+    } else {
+        out.push(ProviderReport::new(
+            "identity",
+            Enforced,
+            format!(
+                "uid {} gid {} inside = {}:{} on the host, no supplementary groups",
+                plan.identity.uid,
+                plan.identity.gid,
+                plan.identity.host_uid,
+                plan.identity.host_gid
+            ),
+        ));
+    }
+
+    match cgroup {
+        Some(cg) => {
+            let inside = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            let rel = cg
+                .v2
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let member = inside
+                .lines()
+                .any(|l| l.starts_with("0::") && l.trim_end().ends_with(&rel))
+                || cg.procs().map(|p| p.contains(&pid)).unwrap_or(false);
+            out.push(if member {
+                ProviderReport::new(
+                    "cgroup",
+                    Enforced,
+                    format!("init is in {} (id {}) from birth", cg.v2.display(), cg.id),
+                )
+            } else {
+                ProviderReport::new(
+                    "cgroup",
+                    VerificationFailed,
+                    format!("init is not listed in {}/cgroup.procs", cg.v2.display()),
+                )
+            });
+            if !cg.applied.is_empty() {
+                out.push(ProviderReport::new(
+                    "limits",
+                    Enforced,
+                    format!("{} (read back)", cg.applied.join(", ")),
+                ));
+            }
+        }
+        None => {
+            out.push(ProviderReport::new(
+                "cgroup",
+                if privileged {
+                    VerificationFailed
+                } else {
+                    NotConfigured
+                },
+                "no cgroup: teardown relies on the pid namespace",
+            ));
+            if plan.limits.memory.is_some() || plan.limits.pids.is_some() {
+                out.push(ProviderReport::new(
+                    "limits",
+                    NotConfigured,
+                    "memory/pids limits need a cgroup",
+                ));
+            }
+        }
+    }
+    if plan.net == NetPlan::Host {
+        out.push(ProviderReport::new(
+            "network",
+            NotConfigured,
+            "host network namespace, unrestricted (--net host)",
+        ));
+    } else {
+        out.push(ProviderReport::new(
+            "network",
+            Enforced,
+            "empty network namespace (loopback only); Landlock refuses TCP bind/connect",
+        ));
+    }
+    out
+}
+
+fn forwarded_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialize and modify the local set only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+fn block_forwarded_signals() {
+    let set = forwarded_set();
+    // SAFETY: pthread_sigmask with a valid set, on the calling thread only.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+fn unblock_forwarded_signals() {
+    let set = forwarded_set();
+    // SAFETY: as above.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// A running sandbox.
+#[derive(Debug)]
+pub struct LinuxRun {
+    pid: i32,
+    pidfd: OwnedFd,
+    cgroup: Option<RunCgroup>,
+    status: BufReader<File>,
+    enforcement: Vec<ProviderReport>,
+    not_started: Option<Outcome>,
+    ns_pid: Option<u64>,
+    launched_at: Instant,
+    killed: Option<KillReason>,
+    exit: Option<ExitStatus>,
+}
+
+impl LinuxRun {
+    /// The host pid of the sandbox's init.
+    pub fn init_pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The run's cgroup, when it has one.
+    pub fn cgroup(&self) -> Option<&RunCgroup> {
+        self.cgroup.as_ref()
+    }
+
+    fn drain_status(&mut self) {
+        while let Ok(Some(msg)) = read_message(&mut self.status) {
+            if let Message::Exited { code, signal } = msg {
+                self.exit = Some(ExitStatus { code, signal });
+            }
+        }
+    }
+
+    fn limit_hit(&self) -> Option<KillReason> {
+        let cg = self.cgroup.as_ref()?;
+        if cg.oom_kills().unwrap_or(0) > 0 {
+            return Some(KillReason::Memory);
+        }
+        if cg.pids_max_hits().unwrap_or(0) > 0 {
+            return Some(KillReason::Pids);
+        }
+        None
+    }
+
+    fn reap_init(&self) {
+        let _ = rustix::process::waitid(
+            rustix::process::WaitId::PidFd(self.pidfd.as_fd()),
+            rustix::process::WaitIdOptions::EXITED,
+        );
+    }
+}
+
+impl Running for LinuxRun {
+    fn wait(&mut self, deadline: Option<Instant>) -> Result<Outcome, BackendError> {
+        let result = self.wait_inner(deadline);
+        unblock_forwarded_signals();
+        result
+    }
+
+    fn kill(&mut self, reason: KillReason) -> Result<(), BackendError> {
+        self.killed.get_or_insert(reason);
+        match &self.cgroup {
+            Some(cg) => cg.kill().map_err(|e| BackendError::new("kill", e)),
+            None => rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::KILL)
+                .map_err(|e| BackendError::new("kill", e)),
+        }
+    }
+
+    fn enforcement(&self) -> Vec<ProviderReport> {
+        self.enforcement.clone()
+    }
+
+    fn teardown(mut self) -> Teardown {
+        let mut steps = Vec::new();
+        let verified = match self.cgroup.take() {
+            Some(cg) => {
+                let v = cg.teardown(&mut steps);
+                self.reap_init();
+                v
+            }
+            None => {
+                // No cgroup: killing init tears down its pid namespace; then look for survivors.
+                let _ =
+                    rustix::process::pidfd_send_signal(&self.pidfd, rustix::process::Signal::KILL);
+                self.reap_init();
+                steps.push("SIGKILL to init (pid namespace teardown)".into());
+                match self.ns_pid {
+                    Some(ns) => {
+                        let left = processes_in_pid_ns(ns);
+                        steps.push(format!(
+                            "/proc scan: {} processes left in pid namespace {ns}",
+                            left
+                        ));
+                        left == 0
+                    }
+                    None => {
+                        steps.push("pid namespace unknown; cannot verify".into());
+                        false
+                    }
+                }
+            }
+        };
+        steps.push(format!(
+            "run lasted {:.1} ms",
+            self.launched_at.elapsed().as_secs_f64() * 1e3
+        ));
+        Teardown {
+            verified_empty: verified,
+            steps,
+        }
+    }
+}
+
+impl LinuxRun {
+    fn wait_inner(&mut self, deadline: Option<Instant>) -> Result<Outcome, BackendError> {
+        use rustix::event::{PollFd, PollFlags, poll};
+        let sigfd = signalfd().map_err(|e| BackendError::new("signals", e))?;
+        let poll_limits = self.cgroup.is_some();
+        loop {
+            if let Some(reason) = self.limit_hit() {
+                self.kill(reason)?;
+                break;
+            }
+            let mut timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if timeout == Some(Duration::ZERO) {
+                self.kill(KillReason::Timeout)?;
+                break;
+            }
+            if poll_limits {
+                timeout = Some(timeout.map_or(LIMIT_POLL, |t| t.min(LIMIT_POLL)));
+            }
+            let ts = timeout.map(|t| rustix::time::Timespec {
+                tv_sec: t.as_secs() as i64,
+                tv_nsec: i64::from(t.subsec_nanos()),
+            });
+            let mut fds = [
+                PollFd::new(&self.pidfd, PollFlags::IN),
+                PollFd::new(&sigfd, PollFlags::IN),
+            ];
+            match poll(&mut fds, ts.as_ref()) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(BackendError::new("poll", e)),
+            }
+            let exited = fds[0].revents().contains(PollFlags::IN);
+            let signalled = fds[1].revents().contains(PollFlags::IN);
+            if signalled {
+                let mut info = [0u8; 128];
+                if let Ok(n) = rustix::io::read(&sigfd, &mut info)
+                    && n >= 4
+                {
+                    let signo = u32::from_ne_bytes([info[0], info[1], info[2], info[3]]);
+                    if let Some(sig) = rustix::process::Signal::from_named_raw(signo as i32) {
+                        let _ = rustix::process::pidfd_send_signal(&self.pidfd, sig);
+                    }
+                }
+            }
+            if exited {
+                break;
+            }
+        }
+        // Init has exited (or everything was just killed): collect what it said and reap it.
+        if self.killed.is_some() {
+            if let Some(cg) = &self.cgroup {
+                let _ = cg.wait_empty(Duration::from_secs(2));
+            }
+        }
+        self.reap_init();
+        self.drain_status();
+        if let Some(outcome) = self.not_started.take() {
+            return Ok(outcome);
+        }
+        if self.killed.is_none()
+            && let Some(reason) = self.limit_hit()
+        {
+            self.killed = Some(reason);
+        }
+        Ok(match self.killed {
+            Some(reason) => Outcome::Killed {
+                reason,
+                status: self.exit,
+            },
+            None => match self.exit {
+                Some(status) => Outcome::Exited(status),
+                None => {
+                    return Err(BackendError::new(
+                        "init",
+                        "the sandbox's init ended without reporting the command's exit",
+                    ));
+                }
+            },
+        })
+    }
+}
+
+fn signalfd() -> io::Result<OwnedFd> {
+    let set = forwarded_set();
+    // SAFETY: signalfd(-1, set, flags) creates a new descriptor; `set` is valid for the call.
+    let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: signalfd returned a new descriptor that nothing else owns.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// How many processes visible in `/proc` belong to the pid namespace with inode `ns`.
+fn processes_in_pid_ns(ns: u64) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return usize::MAX;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| ns_inode(*pid, "pid") == Some(ns))
+        .count()
+}

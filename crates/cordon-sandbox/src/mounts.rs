@@ -1,0 +1,334 @@
+//! The sandbox's file system: a fresh tmpfs root holding only what the plan grants (read-only or
+//! read-write binds of host paths at the same paths), a fresh `/proc` for the sandbox's own pid
+//! namespace, a minimal `/dev`, a private `/tmp`, and nothing of the host's root. Runs in init,
+//! inside the new user and mount namespaces, before any capability is dropped.
+//!
+//! Order: every source is captured first as a detached clone (`open_tree`), so that mounting the
+//! new root cannot hide a source; then the root is assembled, `pivot_root` makes it `/`, the old
+//! root is detached, and `/` itself is remounted read-only.
+
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use rustix::mount::{
+    MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags, mount,
+    mount_change, mount_remount, move_mount, open_tree, unmount,
+};
+
+use cordon_runtime::{Identity, MountKind, Plan};
+
+use crate::sys;
+
+/// Errors building the tree, each naming the path and the step.
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {path}: {source}")]
+pub struct MountError {
+    /// What was being done (`bind`, `mkdir`, `mount proc on`…).
+    pub step: &'static str,
+    /// The path involved.
+    pub path: PathBuf,
+    /// Why it failed.
+    pub source: io::Error,
+}
+
+fn err<E: Into<io::Error>>(step: &'static str, path: &Path) -> impl FnOnce(E) -> MountError {
+    let path = path.to_path_buf();
+    move |e| MountError {
+        step,
+        path,
+        source: e.into(),
+    }
+}
+
+/// Where the new root is assembled before `pivot_root`. Any existing directory does: the mount
+/// lives in the sandbox's private mount namespace and the sources are captured beforehand.
+const STAGING: &str = "/tmp";
+
+/// Device nodes bound from the host into the sandbox's `/dev`.
+const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Builds the tree for `plan` and makes it the root. Returns how many mounts were made.
+pub fn build(plan: &Plan) -> Result<usize, MountError> {
+    let root = Path::new("/");
+    // Nothing done here may propagate back to the host's mount namespace.
+    mount_change(
+        root,
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )
+    .map_err(err("make private", root))?;
+
+    // 1. Capture every source before anything is mounted over anything.
+    let mut sources: Vec<(PathBuf, OwnedFd, bool)> = Vec::new();
+    for m in &plan.mounts {
+        let writable = match &m.kind {
+            MountKind::ReadOnly => false,
+            MountKind::ReadWrite => true,
+            MountKind::Symlink(_) => continue,
+        };
+        let fd = open_tree(
+            rustix::fs::CWD,
+            &m.path,
+            OpenTreeFlags::OPEN_TREE_CLONE
+                | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                | OpenTreeFlags::AT_RECURSIVE,
+        )
+        .map_err(err("bind", &m.path))?;
+        let mut set = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
+        if !writable {
+            set |= libc::MOUNT_ATTR_RDONLY;
+        }
+        sys::mount_setattr(fd.as_fd(), true, set, 0, None).map_err(err("restrict", &m.path))?;
+        sources.push((m.path.clone(), fd, writable));
+    }
+    let mut devices = Vec::new();
+    for d in DEVICES {
+        let host = Path::new("/dev").join(d);
+        if host.exists() {
+            let fd = open_tree(
+                rustix::fs::CWD,
+                &host,
+                OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+            )
+            .map_err(err("bind", &host))?;
+            sys::mount_setattr(
+                fd.as_fd(),
+                false,
+                libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NOEXEC,
+                0,
+                None,
+            )
+            .map_err(err("restrict", &host))?;
+            devices.push((d, fd));
+        }
+    }
+
+    // 2. The new root: a small tmpfs that will be read-only once assembled.
+    let staging = Path::new(STAGING);
+    mount(
+        "cordon-root",
+        staging,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        c"mode=0755,size=4m,nr_inodes=4096",
+    )
+    .map_err(err("mount root tmpfs on", staging))?;
+    let at = |p: &Path| staging.join(p.strip_prefix("/").unwrap_or(p));
+    let mut count = 1;
+
+    // 3. A private /tmp (unless the host's is granted), first, so that grants below /tmp land
+    //    inside it rather than under it.
+    if !plan.mounts.iter().any(|m| m.path == Path::new("/tmp")) {
+        let tmp = at(Path::new("/tmp"));
+        mkdir_p(&tmp)?;
+        let size = plan
+            .limits
+            .memory
+            .map_or("size=50%".to_owned(), |m| format!("size={}", m / 2));
+        let opts = std::ffi::CString::new(format!("mode=1777,{size}"))
+            .map_err(|e| err("mount tmpfs on", &tmp)(io::Error::other(e)))?;
+        mount(
+            "tmpfs",
+            &tmp,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            opts.as_c_str(),
+        )
+        .map_err(err("mount tmpfs on", &tmp))?;
+        count += 1;
+    }
+
+    // 4. Grants, parents before children (the plan is sorted so).
+    let mut sources = sources.into_iter();
+    for m in &plan.mounts {
+        let target = at(&m.path);
+        if let MountKind::Symlink(to) = &m.kind {
+            if fs::symlink_metadata(&target).is_err() {
+                mkdir_p(target.parent().unwrap_or(staging))?;
+                std::os::unix::fs::symlink(to, &target).map_err(err("symlink", &target))?;
+            }
+            continue;
+        }
+        let (path, fd, _) = sources.next().ok_or_else(|| MountError {
+            step: "bind",
+            path: m.path.clone(),
+            source: io::Error::other("source list out of step with the plan"),
+        })?;
+        debug_assert_eq!(path, m.path);
+        make_mountpoint(
+            &target,
+            fs::metadata(&m.path).map(|md| md.is_dir()).unwrap_or(true),
+        )?;
+        move_mount(
+            fd.as_fd(),
+            "",
+            rustix::fs::CWD,
+            &target,
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+        .map_err(err("attach", &m.path))?;
+        count += 1;
+    }
+
+    // 5. /proc for the sandbox's own pid namespace.
+    let proc_dir = at(Path::new("/proc"));
+    mkdir_p(&proc_dir)?;
+    mount(
+        "proc",
+        &proc_dir,
+        "proc",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        c"",
+    )
+    .map_err(err("mount proc on", &proc_dir))?;
+    count += 1;
+
+    // 6. A minimal /dev.
+    count += build_dev(&at(Path::new("/dev")), devices)?;
+
+    // 7. /etc basics when /etc is not granted.
+    write_etc(staging, plan.identity)?;
+
+    // 8. Swap roots and let go of the old one.
+    std::env::set_current_dir(staging).map_err(err("chdir", staging))?;
+    rustix::process::pivot_root(".", ".").map_err(err("pivot_root", staging))?;
+    unmount(".", UnmountFlags::DETACH).map_err(err("detach old root", staging))?;
+    std::env::set_current_dir("/").map_err(err("chdir", root))?;
+    mount_remount(
+        root,
+        MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+        c"",
+    )
+    .map_err(err("remount read-only", root))?;
+    Ok(count)
+}
+
+fn build_dev(dev: &Path, devices: Vec<(&str, OwnedFd)>) -> Result<usize, MountError> {
+    mkdir_p(dev)?;
+    mount(
+        "cordon-dev",
+        dev,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        c"mode=0755,size=64k,nr_inodes=64",
+    )
+    .map_err(err("mount tmpfs on", dev))?;
+    let mut count = 1;
+    for (name, fd) in devices {
+        let node = dev.join(name);
+        make_mountpoint(&node, false)?;
+        move_mount(
+            fd.as_fd(),
+            "",
+            rustix::fs::CWD,
+            &node,
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+        .map_err(err("attach", &node))?;
+        count += 1;
+    }
+    let pts = dev.join("pts");
+    mkdir_p(&pts)?;
+    mount(
+        "devpts",
+        &pts,
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        c"newinstance,ptmxmode=0666,mode=0620",
+    )
+    .map_err(err("mount devpts on", &pts))?;
+    count += 1;
+    let shm = dev.join("shm");
+    mkdir_p(&shm)?;
+    mount(
+        "shm",
+        &shm,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        c"mode=1777,size=64m",
+    )
+    .map_err(err("mount tmpfs on", &shm))?;
+    count += 1;
+    for (link, to) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let l = dev.join(link);
+        std::os::unix::fs::symlink(to, &l).map_err(err("symlink", &l))?;
+    }
+    mount_remount(
+        dev,
+        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NOEXEC,
+        c"mode=0755",
+    )
+    .map_err(err("remount read-only", dev))?;
+    Ok(count)
+}
+
+/// `/etc/passwd`, `/etc/group` and `/etc/hosts` naming the sandbox's user and loopback, unless a
+/// grant already provides `/etc`.
+fn write_etc(staging: &Path, id: Identity) -> Result<(), MountError> {
+    let etc = staging.join("etc");
+    if etc.exists() {
+        return Ok(());
+    }
+    mkdir_p(&etc)?;
+    let files = [
+        (
+            "passwd",
+            format!(
+                "root:x:0:0::/:/usr/sbin/nologin\ncordon:x:{}:{}:cordon sandbox:/tmp:/bin/sh\n",
+                id.uid, id.gid
+            ),
+        ),
+        ("group", format!("root:x:0:\ncordon:x:{}:\n", id.gid)),
+        (
+            "hosts",
+            "127.0.0.1 localhost cordon\n::1 localhost\n".to_owned(),
+        ),
+    ];
+    for (name, text) in files {
+        let p = etc.join(name);
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&p)
+            .and_then(|mut f| io::Write::write_all(&mut f, text.as_bytes()))
+            .map_err(err("write", &p))?;
+    }
+    Ok(())
+}
+
+fn mkdir_p(p: &Path) -> Result<(), MountError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(p)
+        .map_err(err("mkdir", p))
+}
+
+/// Creates an empty directory or file to mount on, unless something is already there (a nested
+/// grant inside a parent's bind finds its own directory already present).
+fn make_mountpoint(target: &Path, dir: bool) -> Result<(), MountError> {
+    if fs::symlink_metadata(target).is_ok() {
+        return Ok(());
+    }
+    if dir {
+        mkdir_p(target)
+    } else {
+        mkdir_p(target.parent().unwrap_or(Path::new("/")))?;
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(target)
+            .map(drop)
+            .map_err(err("create", target))
+    }
+}

@@ -1,0 +1,77 @@
+//! What the launcher and the sandbox's init tell each other.
+//!
+//! The launcher passes an [`InitConfig`] in a sealed memfd whose number is init's only argument,
+//! and drives init through a sync pipe: one byte `G` ("your user namespace is mapped and your
+//! cgroups joined: build the sandbox") and one byte `X` ("the boundary checked out: start the
+//! command"). End of file on the sync pipe means "stop": init exits without starting anything.
+//! Init answers with newline-delimited JSON [`Message`]s on the status pipe.
+
+use serde::{Deserialize, Serialize};
+
+use cordon_runtime::Plan;
+
+/// Byte that lets init build the sandbox.
+pub const GO_BUILD: u8 = b'G';
+/// Byte that lets init start the command.
+pub const GO_EXEC: u8 = b'X';
+
+/// The first argument (`argv[0]`) init is started with; `cordon`'s `main` dispatches on it.
+pub const INIT_ARGV0: &str = "cordon-init";
+
+/// Everything init needs.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct InitConfig {
+    /// The plan.
+    pub plan: Plan,
+    /// The read end of the sync pipe.
+    pub sync_fd: i32,
+    /// The write end of the status pipe.
+    pub status_fd: i32,
+    /// Started by an ordinary user: supplementary groups cannot be dropped (`setgroups` is denied
+    /// in an unprivileged user namespace).
+    pub unprivileged: bool,
+}
+
+/// A report from init.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// The boundary is in place; init waits for [`GO_EXEC`].
+    Ready {
+        /// `full`, `partial` or `none`.
+        landlock: String,
+        /// The kernel's Landlock ABI.
+        landlock_abi: i32,
+        /// Number of seccomp programs installed.
+        seccomp_programs: usize,
+        /// Mounts made, for the evidence.
+        mounts: usize,
+        /// Whether supplementary groups were dropped.
+        groups_dropped: bool,
+    },
+    /// The command was executed (its pid inside the sandbox).
+    Started {
+        /// Pid inside the sandbox's pid namespace.
+        pid: i32,
+    },
+    /// The command could not be executed.
+    ExecFailed {
+        /// The errno of the last `execve` attempt that mattered.
+        errno: i32,
+        /// What was tried.
+        command: String,
+    },
+    /// The command ended.
+    Exited {
+        /// Its exit code, if it exited.
+        code: Option<i32>,
+        /// The signal that killed it, if one did.
+        signal: Option<i32>,
+    },
+    /// Building the sandbox failed.
+    Error {
+        /// The stage (`mounts`, `landlock`, …).
+        stage: String,
+        /// What happened.
+        message: String,
+    },
+}

@@ -1,0 +1,238 @@
+//! Typed wrappers for the few syscalls neither `rustix` nor the standard library covers. Callers
+//! never see raw return codes: every wrapper returns `io::Result`.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// `clone3` flags cordon uses (the kernel's values, `include/uapi/linux/sched.h`).
+pub mod clone_flags {
+    /// New user namespace.
+    pub const NEWUSER: u64 = 0x1000_0000;
+    /// New PID namespace.
+    pub const NEWPID: u64 = 0x2000_0000;
+    /// New mount namespace.
+    pub const NEWNS: u64 = 0x0002_0000;
+    /// New network namespace.
+    pub const NEWNET: u64 = 0x4000_0000;
+    /// New IPC namespace.
+    pub const NEWIPC: u64 = 0x0800_0000;
+    /// New UTS namespace.
+    pub const NEWUTS: u64 = 0x0400_0000;
+    /// New cgroup namespace.
+    pub const NEWCGROUP: u64 = 0x0200_0000;
+    /// Return a pidfd for the child.
+    pub const PIDFD: u64 = 0x0000_1000;
+    /// Start the child in the cgroup given by `clone_args.cgroup`.
+    pub const INTO_CGROUP: u64 = 0x2_0000_0000;
+}
+
+/// Converts a `-1 / errno` return into `io::Result`.
+fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// What `clone3` returned.
+#[derive(Debug)]
+pub enum Cloned {
+    /// In the parent: the child's pid and a pidfd for it.
+    Parent {
+        /// The child's pid in the parent's pid namespace.
+        pid: libc::pid_t,
+        /// A pidfd referring to the child.
+        pidfd: OwnedFd,
+    },
+    /// In the child.
+    Child,
+}
+
+/// `clone3` without a new stack (fork semantics) returning a pidfd, optionally straight into the
+/// cgroup `cgroup_fd`.
+///
+/// # Safety
+/// In the child only async-signal-safe operations are allowed until `execve` or `_exit` when the
+/// calling process has other threads: the child is a copy of this one thread, and locks other
+/// threads held (the allocator's among them) stay held forever in it.
+pub unsafe fn clone3(flags: u64, cgroup_fd: Option<BorrowedFd<'_>>) -> io::Result<Cloned> {
+    let mut pidfd: RawFd = -1;
+    // SAFETY: `clone_args` is a plain C struct for which all-zeroes is a valid value.
+    let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+    args.flags = flags | clone_flags::PIDFD;
+    args.pidfd = std::ptr::addr_of_mut!(pidfd) as u64;
+    args.exit_signal = libc::SIGCHLD as u64;
+    if let Some(fd) = cgroup_fd {
+        args.flags |= clone_flags::INTO_CGROUP;
+        args.cgroup = fd.as_raw_fd() as u64;
+    }
+    // SAFETY: `args` is a valid, fully initialized `clone_args` of the size passed; `pidfd`
+    // outlives the call. No stack is given, so the child runs on a copy of this stack (fork
+    // semantics); the caller upholds the async-signal-safety contract for the child.
+    let ret = check(unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            std::ptr::addr_of_mut!(args),
+            std::mem::size_of::<libc::clone_args>(),
+        )
+    })?;
+    if ret == 0 {
+        Ok(Cloned::Child)
+    } else {
+        // SAFETY: with CLONE_PIDFD the kernel stored a new, owned file descriptor in `pidfd`.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+        Ok(Cloned::Parent {
+            pid: ret as libc::pid_t,
+            pidfd,
+        })
+    }
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE?, attr)`: changes mount attributes of the
+/// (possibly detached) mount tree `fd` refers to. `userns_fd` is required with `MOUNT_ATTR_IDMAP`.
+pub fn mount_setattr(
+    fd: BorrowedFd<'_>,
+    recursive: bool,
+    set: u64,
+    clear: u64,
+    userns_fd: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
+    let mut attr = libc::mount_attr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: userns_fd.map_or(0, |f| f.as_raw_fd() as u64),
+    };
+    let mut flags = libc::AT_EMPTY_PATH as libc::c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: the path is a valid NUL-terminated empty string; `attr` is a valid `mount_attr` of
+    // the size passed and outlives the call; `fd` is a live descriptor borrowed for the call.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            std::ptr::addr_of_mut!(attr),
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// `execveat(fd, "", argv, envp, AT_EMPTY_PATH)`. Returns only on failure.
+///
+/// Async-signal-safe: performs no allocation.
+///
+/// # Safety
+/// `argv` and `envp` must be NULL-terminated arrays of pointers to NUL-terminated strings that
+/// stay valid for the call.
+pub unsafe fn execveat(
+    fd: RawFd,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> io::Error {
+    // SAFETY: the caller guarantees argv and envp; the path is an empty NUL-terminated string.
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            fd,
+            c"".as_ptr(),
+            argv,
+            envp,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    io::Error::last_os_error()
+}
+
+/// Clears `FD_CLOEXEC` on `fd` so that it survives the next exec. Async-signal-safe.
+pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl(F_SETFD) takes an int flag argument and touches no memory.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } as libc::c_long).map(drop)
+}
+
+/// Writes all of `buf` to `fd`, retrying on `EINTR`. Async-signal-safe.
+pub fn write_all_raw(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is a valid readable slice of the given length.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+/// `_exit(code)`: ends the process without running destructors or `atexit` handlers.
+/// Async-signal-safe.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit is always safe to call; it does not return.
+    unsafe { libc::_exit(code) }
+}
+
+/// A NULL-terminated `char *[]` built from owned C strings, for `execve`. Build it before any
+/// `clone`: the child only reads the pointers.
+#[derive(Debug)]
+pub struct CStringArray {
+    _owned: Vec<std::ffi::CString>,
+    ptrs: Vec<*const libc::c_char>,
+}
+
+impl CStringArray {
+    /// Builds the array. Fails when an item contains a NUL byte.
+    pub fn new<I, S>(items: I) -> io::Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<Vec<u8>>,
+    {
+        let owned = items
+            .into_iter()
+            .map(std::ffi::CString::new)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut ptrs: Vec<*const libc::c_char> = owned.iter().map(|s| s.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        Ok(CStringArray {
+            _owned: owned,
+            ptrs,
+        })
+    }
+
+    /// The `char *const[]` pointer, valid while `self` lives.
+    pub fn as_ptr(&self) -> *const *const libc::c_char {
+        self.ptrs.as_ptr()
+    }
+}
+
+/// Reads the errno-style integer a process left in a pipe, or `None` on EOF.
+pub fn read_i32(fd: BorrowedFd<'_>) -> io::Result<Option<i32>> {
+    let mut buf = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match rustix::io::read(fd, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(if got == 4 {
+        Some(i32::from_ne_bytes(buf))
+    } else {
+        None
+    })
+}
+
+/// The kernel's description of an errno value, for messages.
+pub fn errno_name(errno: i32) -> String {
+    io::Error::from_raw_os_error(errno).to_string()
+}

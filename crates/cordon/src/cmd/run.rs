@@ -1,0 +1,332 @@
+//! `cordon run`: run a command inside the boundary.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde_json::Value;
+
+use cordon_ledger::Ledger;
+use cordon_policy::{NetMode, units};
+use cordon_runtime::{Evidence, LedgerPosition, NetSpec, Report, RunSpec, Verdict};
+use cordon_sandbox::LinuxBackend;
+
+/// Exit status when cordon refuses or fails a run before the command starts.
+pub const EXIT_REFUSED: u8 = 125;
+
+/// The locked-down default: the system's programs and libraries, read-only, nothing else; no
+/// network; no writable path but the sandbox's own /tmp. Used when no `--policy` is given;
+/// flags add to it.
+pub const DEFAULT_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/alternatives",
+    "/etc/ssl",
+    "/etc/nsswitch.conf",
+];
+
+#[derive(Debug, Args)]
+#[command(
+    about = "Run a command inside a kernel-enforced boundary",
+    long_about = "Run COMMAND inside a boundary built from kernel mechanisms: a cgroup it is born \
+into (limits, kill), new user/pid/mount/network/ipc/uts/cgroup namespaces, a minimal read-only \
+root holding only the paths granted, no capabilities, no_new_privs, Landlock and a default-kill \
+seccomp allowlist. The boundary is checked from the host before COMMAND starts; when COMMAND ends \
+(or is killed), every process it started is killed and the kernel's confirmation is recorded. \
+Every run is appended to the evidence ledger.\n\n\
+Without --policy a locked-down default applies: the system's programs and libraries read-only, \
+no network, a private /tmp, nothing else. Flags add to the policy or the default.",
+    after_help = "\
+Examples:
+  cordon run -- /bin/echo hello
+  cordon run --write ./workspace --memory 512M --timeout 5m -- python3 build.py
+  cordon run --policy policies/coding-agent.toml --report run.json -- make test
+  cordon run --exec /usr/bin --write . -- sh -c 'cc -o t t.c && ./t'   # ./t refused: not under /usr/bin
+
+Exit status: COMMAND's own (128+N if killed by signal N) when the verdict is ALLOWED;
+125 cordon refused or failed the run; 126 COMMAND not executable; 127 COMMAND not found;
+137 the run was KILLED (memory or pids limit, timeout, containment)."
+)]
+pub struct RunArgs {
+    /// TOML policy; the flags below add to it
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The command may read PATH (file or directory tree); repeatable
+    #[arg(long, value_name = "PATH")]
+    read: Vec<PathBuf>,
+    /// The command may read and write PATH; repeatable
+    #[arg(long, value_name = "PATH")]
+    write: Vec<PathBuf>,
+    /// The command may execute files under PATH; repeatable. When any is given, execution
+    /// anywhere else is refused by the kernel
+    #[arg(long, value_name = "PATH")]
+    exec: Vec<PathBuf>,
+    /// none (default): no network at all; host: the host's network; allow:CIDR[,CIDR...]
+    #[arg(long, value_name = "none|host|allow:CIDR,...")]
+    net: Option<String>,
+    /// Memory limit, e.g. 256M, 2G
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// Most processes and threads alive at once
+    #[arg(long, value_name = "N")]
+    pids: Option<String>,
+    /// Wall-clock limit, e.g. 10s, 5m
+    #[arg(long, value_name = "DURATION")]
+    timeout: Option<String>,
+    /// Set a variable (NAME=VALUE); repeatable. The host environment is NOT inherited (only
+    /// PATH, HOME, LANG, TERM get safe defaults)
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    envs: Vec<String>,
+    /// Write the run report (JSON) to FILE
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// Evidence ledger directory [default: /var/lib/cordon/ledger as root, else
+    /// $XDG_STATE_HOME/cordon/ledger]
+    #[arg(long, value_name = "DIR")]
+    ledger: Option<PathBuf>,
+    /// Run even when an enforcement asked for is not fully in force (marked in the report)
+    #[arg(long)]
+    allow_degraded: bool,
+    /// Print every mechanism's state and the teardown evidence to standard error
+    #[arg(long, short)]
+    verbose: bool,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// Runs `cordon run`. Errors mean the run was refused before anything started (exit 125).
+pub fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let spec = build_spec(&args, &cwd)?;
+    let run_id = new_run_id();
+    let plan = spec.validate(&run_id)?;
+
+    // Open the report file now, before the command could plant a link where it will be.
+    let report_file = match &args.report {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(0o644)
+                .open(p)
+                .with_context(|| format!("opening report file {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let ledger_dir = ledger_dir(args.ledger.as_deref())?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&ledger_dir)
+        .with_context(|| format!("creating ledger directory {}", ledger_dir.display()))?;
+    let ledger = Ledger::open(&ledger_dir)
+        .with_context(|| format!("opening ledger {}", ledger_dir.display()))?;
+    let mut evidence = LedgerEvidence {
+        path: ledger.paths().file.display().to_string(),
+        ledger,
+    };
+
+    let exe = std::env::current_exe().context("locating the cordon binary")?;
+    let mut backend = LinuxBackend::new(exe);
+    let report = cordon_runtime::execute(&plan, &mut backend, &mut evidence);
+
+    if let Some(mut f) = report_file {
+        let mut json = serde_json::to_vec_pretty(&report)?;
+        json.push(b'\n');
+        f.write_all(&json).context("writing the report")?;
+    }
+    summarize(&report, args.verbose);
+    Ok(report.exit_code())
+}
+
+fn summarize(report: &Report, verbose: bool) {
+    if verbose {
+        for p in &report.enforcement {
+            eprintln!("cordon: {:<14} {:<20} {}", p.provider, p.state, p.detail);
+        }
+        for s in &report.teardown.steps {
+            eprintln!("cordon: teardown: {s}");
+        }
+    }
+    if report.verdict != Verdict::Allowed || verbose {
+        let at = report
+            .ledger
+            .as_ref()
+            .map(|l| format!(" (ledger seq {})", l.seq))
+            .unwrap_or_default();
+        eprintln!(
+            "cordon: run {}: {}{}{}{at}",
+            report.run_id,
+            report.verdict,
+            if report.reasons.is_empty() { "" } else { ": " },
+            report.reasons.join("; "),
+        );
+    }
+}
+
+/// Merges the policy (or the locked-down default) with the flags.
+fn build_spec(args: &RunArgs, cwd: &Path) -> anyhow::Result<RunSpec> {
+    let mut spec = RunSpec {
+        command: args.command.clone(),
+        base_dir: cwd.to_path_buf(),
+        allow_degraded: args.allow_degraded,
+        term: std::env::var("TERM").ok(),
+        caller: (
+            rustix::process::getuid().as_raw(),
+            rustix::process::getgid().as_raw(),
+        ),
+        ..RunSpec::default()
+    };
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    let mut exec: Vec<PathBuf> = Vec::new();
+    let mut any_exec = false;
+
+    match &args.policy {
+        Some(path) => {
+            let policy = load_policy(path)?;
+            spec.read = policy.filesystem.read;
+            spec.write = policy.filesystem.write;
+            if let Some(e) = policy.filesystem.exec {
+                any_exec = true;
+                exec = e;
+            }
+            spec.net = net_spec(policy.network.mode, &policy.network.allow);
+            spec.limits.memory = policy.limits.memory;
+            spec.limits.pids = policy.limits.pids.map(u64::from);
+            spec.limits.timeout = policy.limits.timeout;
+            env = policy.process.env;
+            spec.cwd = policy.process.cwd;
+        }
+        None => {
+            spec.read = DEFAULT_READ
+                .iter()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .collect();
+        }
+    }
+
+    spec.read.extend(args.read.iter().cloned());
+    spec.write.extend(args.write.iter().cloned());
+    if !args.exec.is_empty() {
+        any_exec = true;
+        exec.extend(args.exec.iter().cloned());
+    }
+    spec.exec = any_exec.then_some(exec);
+    if let Some(net) = &args.net {
+        let (mode, allow) =
+            cordon_policy::net::parse_net_flag(net).with_context(|| format!("--net {net}"))?;
+        spec.net = net_spec(mode, &allow);
+    }
+    if let Some(m) = &args.memory {
+        spec.limits.memory = Some(units::parse_size(m).with_context(|| format!("--memory {m}"))?);
+    }
+    if let Some(p) = &args.pids {
+        spec.limits.pids = Some(u64::from(
+            units::parse_count(p).with_context(|| format!("--pids {p}"))?,
+        ));
+    }
+    if let Some(t) = &args.timeout {
+        let d: Duration = units::parse_duration(t).with_context(|| format!("--timeout {t}"))?;
+        spec.limits.timeout = Some(d);
+    }
+    for assignment in &args.envs {
+        let (k, v) = cordon_policy::document::parse_env_assignment(assignment)
+            .with_context(|| format!("--env {assignment}"))?;
+        env.insert(k, v);
+    }
+    spec.env = env;
+    let ledger = ledger_dir(args.ledger.as_deref())?;
+    spec.protected = vec![ledger];
+    Ok(spec)
+}
+
+fn net_spec(mode: NetMode, allow: &[cordon_policy::NetDest]) -> NetSpec {
+    match mode {
+        NetMode::None => NetSpec::None,
+        NetMode::Host => NetSpec::Host,
+        NetMode::Allow => NetSpec::Allow(allow.iter().map(|d| d.to_string()).collect()),
+    }
+}
+
+fn load_policy(path: &Path) -> anyhow::Result<cordon_policy::Policy> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading policy {}", path.display()))?;
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let base = abs.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let name = path.display().to_string();
+    match cordon_policy::load::load(&name, &text, &base, &mut |p| {
+        std::fs::read_to_string(p).map_err(|e| e.to_string())
+    }) {
+        Ok(loaded) => {
+            for w in &loaded.warnings {
+                eprintln!("cordon: {w}");
+            }
+            Ok(loaded.policy)
+        }
+        Err(e) => {
+            for d in e.diagnostics() {
+                eprintln!("{d}");
+            }
+            bail!("policy {} is invalid", path.display())
+        }
+    }
+}
+
+/// The ledger directory: the flag, or the default for this user.
+pub fn ledger_dir(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = flag {
+        return Ok(std::path::absolute(p)?);
+    }
+    if rustix::process::geteuid().is_root() {
+        return Ok(PathBuf::from("/var/lib/cordon/ledger"));
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .context("no HOME or XDG_STATE_HOME for the default ledger; pass --ledger DIR")?;
+    Ok(state.join("cordon/ledger"))
+}
+
+/// A run id: UTC time and 32 random bits, sortable and unique enough for cgroup names.
+fn new_run_id() -> String {
+    let mut r = [0u8; 4];
+    let _ = File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut r));
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("r{secs}-{}", hex::encode(r))
+}
+
+struct LedgerEvidence {
+    ledger: Ledger,
+    path: String,
+}
+
+impl Evidence for LedgerEvidence {
+    fn record(&mut self, kind: &str, data: Value) -> Result<LedgerPosition, String> {
+        let head = self.ledger.append(kind, data).map_err(|e| e.to_string())?;
+        Ok(LedgerPosition {
+            path: self.path.clone(),
+            seq: head.seq,
+            head: head.hash_hex(),
+        })
+    }
+}
