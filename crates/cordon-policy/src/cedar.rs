@@ -8,6 +8,7 @@
 //! | principal | `Agent::"<agent id>"` |
 //! | action | `Action::"<action (tool) name>"` |
 //! | resource | `Resource::"<resource>"`, `Resource::""` when the action names none |
+//! | `context.resource` | the resource as a string (`""` when none), for `like` patterns |
 //! | `context.args` | the action's arguments (see below) |
 //! | `context.history.count` | how many actions of this agent were allowed before |
 //! | `context.history.counts` | a record: action name → how many times it was allowed (the first [`HISTORY_NAMES`] distinct names) |
@@ -96,7 +97,8 @@ pub(crate) struct Problem {
 }
 
 /// Splits Cedar text into statements: `(significant start, end)` byte
-/// ranges, each ending after its `;`. Strings and `//` comments are skipped.
+/// ranges, each ending after its `;` (the last may lack one). Strings and
+/// `//` comments are skipped.
 fn statements(text: &str) -> Vec<(usize, usize)> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
@@ -127,6 +129,11 @@ fn statements(text: &str) -> Vec<(usize, usize)> {
             }
         }
         i += 1;
+    }
+    // Text after the last ';' is a statement missing its ';': parsing it
+    // reports that, rather than dropping it silently.
+    if let Some(s) = start {
+        out.push((s, bytes.len()));
     }
     out
 }
@@ -166,25 +173,14 @@ pub struct CedarRules {
 impl CedarRules {
     /// Compiles Cedar text; problems carry byte offsets into `text`.
     pub(crate) fn compile(text: &str) -> Result<CedarRules, Vec<Problem>> {
-        if let Err(errors) = PolicySet::from_str(text) {
-            return Err(errors
-                .iter()
-                .map(|e| Problem {
-                    offset: e
-                        .labels()
-                        .and_then(|mut l| l.next())
-                        .map_or(0, |l| l.offset()),
-                    message: format!("invalid cedar: {e}"),
-                    help: e.help().map(|h| h.to_string()),
-                })
-                .collect());
-        }
         let mut problems = Vec::new();
         let mut rules: Vec<Rule> = Vec::new();
         let mut by_id: BTreeMap<String, usize> = BTreeMap::new();
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut set = PolicySet::new();
         let mut prev_end = 0;
+        // Each statement is parsed on its own, so problems in one do not hide
+        // problems in the others.
         for (start, end) in statements(text) {
             let stmt = &text[prev_end..end];
             let base = prev_end;
@@ -192,12 +188,25 @@ impl CedarRules {
             let at = |key: &str| base + annotation_offset(stmt, key);
             let policy = match cedar_policy::Policy::parse(None, stmt) {
                 Ok(p) => p,
-                Err(_) => {
+                Err(_) if cedar_policy::Template::parse(None, stmt).is_ok() => {
                     problems.push(Problem {
                         offset: start,
                         message: "cedar templates (policies with ?principal or ?resource slots) are not supported".into(),
                         help: Some("write the entity directly, e.g. principal == Agent::\"a1\"".into()),
                     });
+                    continue;
+                }
+                Err(errors) => {
+                    problems.extend(errors.iter().map(|e| {
+                        Problem {
+                            offset: base
+                                + e.labels()
+                                    .and_then(|mut l| l.next())
+                                    .map_or(start - base, |l| l.offset()),
+                            message: format!("invalid cedar: {e}"),
+                            help: e.help().map(|h| h.to_string()),
+                        }
+                    }));
                     continue;
                 }
             };
@@ -502,8 +511,13 @@ fn build_context(request: &CedarRequest<'_>) -> Result<Context, String> {
         ),
     ])
     .map_err(|e| e.to_string())?;
-    Context::from_pairs([("args".to_owned(), args), ("history".to_owned(), history)])
-        .map_err(|e| format!("cannot build the cedar context: {e}"))
+    let resource = RestrictedExpression::new_string(request.resource.unwrap_or("").to_owned());
+    Context::from_pairs([
+        ("args".to_owned(), args),
+        ("history".to_owned(), history),
+        ("resource".to_owned(), resource),
+    ])
+    .map_err(|e| format!("cannot build the cedar context: {e}"))
 }
 
 /// Converts JSON to a Cedar value without interpreting any escapes. `path`

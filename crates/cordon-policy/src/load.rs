@@ -391,16 +391,18 @@ impl<'a> Walker<'a> {
         Some(paths::resolve(self.base_dir, Path::new(text)))
     }
 
+    /// Paths with their offsets; a path listed twice is reported and kept
+    /// once.
     fn path_list(&mut self, value: &Value<'_>, what: &str) -> Vec<(PathBuf, usize)> {
         let mut seen = BTreeSet::new();
         let mut out = Vec::new();
         for (text, offset) in self.strings(value, what, "[\"/usr\", \"./workspace\"]") {
             if let Some(p) = self.path(&text, offset, what) {
-                if !seen.insert(p.clone()) {
+                if seen.insert(p.clone()) {
+                    out.push((p, offset));
+                } else {
                     self.warn(offset, format!("{what} lists {} twice", p.display()), None);
-                    continue;
                 }
-                out.push((p, offset));
             }
         }
         out
@@ -422,11 +424,23 @@ impl<'a> Walker<'a> {
             }
         }
         if let Some(v) = t.get("write") {
-            for (p, offset) in self.path_list(v, "[filesystem] write") {
+            let what = "[filesystem] write";
+            let mut seen = BTreeSet::new();
+            for (text, offset) in self.strings(v, what, "[\"./workspace\"]") {
+                let Some(p) = self.path(&text, offset, what) else {
+                    continue;
+                };
+                // Every spelling of "/" ("//", "/./", "/..") is an error where
+                // it is written, before duplicates are dropped.
                 if p == Path::new("/") {
+                    let shown = if text == "/" {
+                        String::new()
+                    } else {
+                        format!(" ({text:?} is \"/\")")
+                    };
                     self.error(
                         offset,
-                        "[filesystem] write includes \"/\" (the whole host file system)",
+                        format!("{what} includes the whole host file system{shown}"),
                         Some(
                             "name the directories the command must change, e.g. \"./workspace\""
                                 .into(),
@@ -434,11 +448,15 @@ impl<'a> Walker<'a> {
                     );
                     continue;
                 }
+                if !seen.insert(p.clone()) {
+                    self.warn(offset, format!("{what} lists {} twice", p.display()), None);
+                    continue;
+                }
                 if let Some(c) = CRITICAL.iter().find(|c| paths::is_within(Path::new(c), &p)) {
                     self.warn(
                         offset,
                         format!(
-                            "[filesystem] write {} covers {c}: the command could change the host itself",
+                            "{what} {} covers {c}: the command could change the host itself",
                             p.display()
                         ),
                         Some("write only to a work directory, e.g. \"./workspace\"".into()),
@@ -462,11 +480,16 @@ impl<'a> Walker<'a> {
         self.check_keys(t, &["mode", "allow", "i_understand"], "[network]");
         let mut net = Network::default();
         let mut mode_offset = section_offset;
+        let mut mode_known = true;
         if let Some(v) = t.get("mode") {
             mode_offset = start(v);
+            mode_known = false;
             if let Some(s) = self.string(v, "[network] mode", "mode = \"none\"") {
                 match NetMode::parse(s) {
-                    Ok(m) => net.mode = m,
+                    Ok(m) => {
+                        net.mode = m;
+                        mode_known = true;
+                    }
                     Err(_) => self.error(
                         start(v),
                         format!("unknown network mode {s:?}"),
@@ -507,7 +530,7 @@ impl<'a> Walker<'a> {
                     Err(e) => self.error(offset, format!("[network] allow: {e}"), None),
                 }
             }
-            if net.mode != NetMode::Allow && !net.allow.is_empty() {
+            if mode_known && net.mode != NetMode::Allow && !net.allow.is_empty() {
                 self.error(
                     start(v),
                     format!(
@@ -871,7 +894,11 @@ impl<'a> Walker<'a> {
                 other => other.map(str::to_owned),
             },
         };
-        let what = |field: &str| match &name {
+        let label = t
+            .get("name")
+            .and_then(|v| v.get_ref().as_str())
+            .map(str::to_owned);
+        let what = |field: &str| match &label {
             Some(n) => format!("sequence {n:?} {field}"),
             None => format!("[[sequence]] {field}"),
         };

@@ -6,6 +6,7 @@ use clap::Subcommand;
 
 mod key;
 mod ledger;
+mod policy;
 mod receipt;
 
 #[derive(Debug, Subcommand)]
@@ -19,6 +20,8 @@ pub enum Command {
     /// Generate signing keys
     #[command(subcommand)]
     Key(key::KeyCommand),
+    /// Check policy files and replay recorded agent actions against them
+    Policy(policy::PolicyArgs),
 }
 
 impl Command {
@@ -28,6 +31,7 @@ impl Command {
             Command::Ledger(c) => c.run(),
             Command::Receipt(c) => c.run(),
             Command::Key(c) => c.run(),
+            Command::Policy(args) => args.run(),
         }
     }
 
@@ -36,6 +40,7 @@ impl Command {
     pub fn failure_code(&self) -> u8 {
         match self {
             Command::Ledger(_) | Command::Receipt(_) | Command::Key(_) => 2,
+            Command::Policy(_) => 2,
         }
     }
 }
