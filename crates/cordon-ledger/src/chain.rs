@@ -117,7 +117,9 @@ pub enum ChainError {
         reason: String,
     },
     /// A key was given but there is no checkpoint for it to check.
-    #[error("--key was given but there is no checkpoint to check: pass --checkpoint FILE or sign one with `cordon ledger checkpoint`")]
+    #[error(
+        "--key was given but there is no checkpoint to check: pass --checkpoint FILE or sign one with `cordon ledger checkpoint`"
+    )]
     NoCheckpoint,
 }
 
@@ -313,7 +315,10 @@ impl<R: Read> Walker<R> {
             let detail = if c.seq == expected {
                 "its content does not match its hash".to_owned()
             } else {
-                format!("its content does not match its hash (its seq field now says {})", c.seq)
+                format!(
+                    "its content does not match its hash (its seq field now says {})",
+                    c.seq
+                )
             };
             return Ok(self.damage(DamageKind::Edited, Some(expected), detail));
         }
@@ -329,7 +334,8 @@ impl<R: Read> Walker<R> {
                 return Ok(self.damage(
                     DamageKind::Edited,
                     Some(0),
-                    "seq 0's prev is not 64 zeros: the start of the ledger was rewritten".to_owned(),
+                    "seq 0's prev is not 64 zeros: the start of the ledger was rewritten"
+                        .to_owned(),
                 ));
             }
             // The link to the previous entry is broken. Either this entry
@@ -339,7 +345,10 @@ impl<R: Read> Walker<R> {
                 Some(next) if next == expected => self.damage(
                     DamageKind::Inserted,
                     Some(expected),
-                    format!("lines {here} and {} both hold seq {expected}; one was inserted", here + 1),
+                    format!(
+                        "lines {here} and {} both hold seq {expected}; one was inserted",
+                        here + 1
+                    ),
                 ),
                 _ => self.damage(
                     DamageKind::Edited,
@@ -472,7 +481,10 @@ pub fn read_checkpoint(path: &Path) -> Result<SignedCheckpoint, ChainError> {
     };
     let mut bytes = Vec::new();
     std::fs::File::open(path)
-        .and_then(|f| f.take(crate::note::MAX_NOTE as u64 + 1).read_to_end(&mut bytes))
+        .and_then(|f| {
+            f.take(crate::note::MAX_NOTE as u64 + 1)
+                .read_to_end(&mut bytes)
+        })
         .map_err(|e| err(e.to_string()))?;
     SignedCheckpoint::parse(&bytes).map_err(|e: CheckpointError| err(e.to_string()))
 }
@@ -549,19 +561,29 @@ pub fn verify_reader(
             report.damage = Some(mismatch(0));
         }
     }
+    // A root mismatch says only that some entry before the checkpoint's size
+    // changed. Keep walking: if the chain itself shows damage at a seq
+    // inside that range, it names the entry, so it is reported instead.
+    let mut mismatched: Option<Damage> = None;
     while report.damage.is_none() {
         match walker.step().map_err(rerr)? {
             Step::Entry(c) => {
-                report.entries += 1;
-                report.head = Some((c.seq, c.claimed));
+                if mismatched.is_none() {
+                    report.entries += 1;
+                    report.head = Some((c.seq, c.claimed));
+                }
                 if let Some(cp) = cp {
                     if walker.frontier.size() == cp.size && walker.frontier.root() != cp.root {
-                        report.damage = Some(mismatch(cp.size));
+                        mismatched = Some(mismatch(cp.size));
                     }
                 }
             }
             Step::End { torn } => {
                 report.torn_tail = torn;
+                if let Some(m) = mismatched.take() {
+                    report.damage = Some(m);
+                    break;
+                }
                 if let Some(cp) = cp {
                     if report.entries < cp.size {
                         report.damage = Some(Damage {
@@ -581,7 +603,13 @@ pub fn verify_reader(
                 }
                 break;
             }
-            Step::Damage(d) => report.damage = Some(d),
+            Step::Damage(d) => {
+                let inside = |d: &Damage| d.seq.zip(cp).is_some_and(|(s, cp)| s < cp.size);
+                report.damage = match mismatched.take() {
+                    Some(m) if !inside(&d) => Some(m),
+                    _ => Some(d),
+                };
+            }
         }
     }
     report.bytes = walker.offset();

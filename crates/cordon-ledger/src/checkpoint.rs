@@ -40,7 +40,12 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// The note text.
     pub fn body(&self) -> String {
-        let mut s = format!("{}\n{}\n{}\n", self.origin, self.size, B64.encode(self.root));
+        let mut s = format!(
+            "{}\n{}\n{}\n",
+            self.origin,
+            self.size,
+            B64.encode(self.root)
+        );
         for e in &self.extensions {
             s.push_str(e);
             s.push('\n');
@@ -57,17 +62,23 @@ impl Checkpoint {
         let mut lines = body.split('\n');
         let origin = lines.next().unwrap_or_default();
         check_origin(origin)?;
-        let size_line = lines.next().ok_or_else(|| err("missing the tree size line"))?;
+        let size_line = lines
+            .next()
+            .ok_or_else(|| err("missing the tree size line"))?;
         if size_line.is_empty()
             || !size_line.bytes().all(|b| b.is_ascii_digit())
             || (size_line.len() > 1 && size_line.starts_with('0'))
         {
-            return Err(err("the tree size must be a decimal number without leading zeros"));
+            return Err(err(
+                "the tree size must be a decimal number without leading zeros",
+            ));
         }
         let size: u64 = size_line
             .parse()
             .map_err(|_| err("the tree size is too large"))?;
-        let root_line = lines.next().ok_or_else(|| err("missing the root hash line"))?;
+        let root_line = lines
+            .next()
+            .ok_or_else(|| err("missing the root hash line"))?;
         let root: Hash = B64
             .decode(root_line)
             .ok()

@@ -352,7 +352,10 @@ pub fn is_rfc3339(s: &str) -> bool {
     ) else {
         return false;
     };
-    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') || b[13] != b':'
+    if b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't')
+        || b[13] != b':'
         || b[16] != b':'
     {
         return false;
@@ -660,13 +663,22 @@ mod tests {
     use serde_json::json;
 
     fn entry(seq: u64, data: Value) -> Entry {
-        Entry::new(seq, "2026-01-02T03:04:05.000006Z".into(), "test".into(), data, ZERO_HASH)
-            .unwrap()
+        Entry::new(
+            seq,
+            "2026-01-02T03:04:05.000006Z".into(),
+            "test".into(),
+            data,
+            ZERO_HASH,
+        )
+        .unwrap()
     }
 
     #[test]
     fn cordon_lines_take_the_fast_path_and_agree_with_the_slow_one() {
-        let e = entry(7, json!({"b": [1, 2.5, "x\ny"], "a": {"é": null, "z": true}}));
+        let e = entry(
+            7,
+            json!({"b": [1, 2.5, "x\ny"], "a": {"é": null, "z": true}}),
+        );
         let line = e.canonical(true).unwrap();
         assert!(scan_canonical(&line).is_some());
         let fast = check_line(&line).unwrap();
@@ -680,7 +692,9 @@ mod tests {
     fn a_reordered_line_takes_the_slow_path_and_hashes_the_same() {
         let e = entry(3, json!({"k": "v"}));
         let mut v = e.to_value(true);
-        let Value::Object(map) = &mut v else { unreachable!() };
+        let Value::Object(map) = &mut v else {
+            unreachable!()
+        };
         let reordered: String = format!(
             "{{ \"ts\": {}, \"seq\": 3, \"prev\": {}, \"kind\": \"test\", \"hash\": {}, \"data\": {{\"k\":\"v\"}} }}",
             map["ts"], map["prev"], map["hash"]
@@ -709,28 +723,58 @@ mod tests {
         let cases = [
             ("not json", "not valid JSON"),
             ("[1]", "must be a JSON object"),
-            (&good.replace("\"kind\"", "\"kinds\""), "unknown field \"kinds\""),
-            (&good.replace("\"seq\":1", "\"seq\":-1"), "seq must be a non-negative integer"),
+            (
+                &good.replace("\"kind\"", "\"kinds\""),
+                "unknown field \"kinds\"",
+            ),
+            (
+                &good.replace("\"seq\":1", "\"seq\":-1"),
+                "seq must be a non-negative integer",
+            ),
             (&good.replace("\"seq\":1", "\"seq\":\"1\""), "seq must be"),
-            (&good.replace("\"data\":{}", "\"data\":[]"), "data must be an object"),
-            (&good.replace("2026-01-02", "2026-02-30"), "not an RFC 3339 date-time"),
-            (&good.replace("\"kind\":\"test\"", "\"kind\":\"\""), "kind must not be empty"),
-            (&good.replace(&"0".repeat(64), &"0".repeat(63)), "prev must be 64 lowercase hex"),
-            (&good.replace("{\"data\":{}", "{\"data\":{\"a\":1,\"a\":2}"), "duplicate member"),
-            (&good.replace("{\"data\":{}", "{\"data\":{\"n\":12345678901234567890}}"), "above 2^53"),
+            (
+                &good.replace("\"data\":{}", "\"data\":[]"),
+                "data must be an object",
+            ),
+            (
+                &good.replace("2026-01-02", "2026-02-30"),
+                "not an RFC 3339 date-time",
+            ),
+            (
+                &good.replace("\"kind\":\"test\"", "\"kind\":\"\""),
+                "kind must not be empty",
+            ),
+            (
+                &good.replace(&"0".repeat(64), &"0".repeat(63)),
+                "prev must be 64 lowercase hex",
+            ),
+            (
+                &good.replace("{\"data\":{}", "{\"data\":{\"a\":1,\"a\":2}"),
+                "duplicate member",
+            ),
+            (
+                &good.replace("{\"data\":{}", "{\"data\":{\"n\":12345678901234567890}}"),
+                "above 2^53",
+            ),
         ];
         for (line, want) in cases {
             let err = check_line(line.as_bytes()).unwrap_err().to_string();
             assert!(err.contains(want), "{line}: {err}");
         }
         let long = vec![b' '; MAX_LINE + 1];
-        assert_eq!(check_line(&long).unwrap_err(), EntryError::TooLong { len: MAX_LINE + 1 });
+        assert_eq!(
+            check_line(&long).unwrap_err(),
+            EntryError::TooLong { len: MAX_LINE + 1 }
+        );
     }
 
     #[test]
     fn big_integers_in_data_are_stored_as_strings() {
-        let e = entry(0, json!({"big": 9007199254740993_u64, "neg": -9007199254740993_i64,
-            "f": 1.5e20, "ok": 9007199254740992_u64, "exp": 1e21}));
+        let e = entry(
+            0,
+            json!({"big": 9007199254740993_u64, "neg": -9007199254740993_i64,
+            "f": 1.5e20, "ok": 9007199254740992_u64, "exp": 1e21}),
+        );
         assert_eq!(e.data["big"], json!("9007199254740993"));
         assert_eq!(e.data["neg"], json!("-9007199254740993"));
         assert_eq!(e.data["f"], json!("150000000000000000000"));
@@ -741,27 +785,52 @@ mod tests {
 
     #[test]
     fn rfc3339() {
-        for ok in ["2026-11-29T12:35:23Z", "2024-02-29T00:00:00.5+01:00", "1999-12-31t23:59:60z"] {
+        for ok in [
+            "2026-11-29T12:35:23Z",
+            "2024-02-29T00:00:00.5+01:00",
+            "1999-12-31t23:59:60z",
+        ] {
             assert!(is_rfc3339(ok), "{ok}");
         }
-        for bad in ["2026-11-29", "2026-11-29 12:35:23Z", "2023-02-29T00:00:00Z",
-            "2026-13-01T00:00:00Z", "2026-11-29T12:35:23", "2026-11-29T12:35:23.Z",
-            "2026-11-29T12:35:23+0100", "2026-11-29T24:00:00Z", "２026-11-29T12:35:23Z"]
-        {
+        for bad in [
+            "2026-11-29",
+            "2026-11-29 12:35:23Z",
+            "2023-02-29T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-11-29T12:35:23",
+            "2026-11-29T12:35:23.Z",
+            "2026-11-29T12:35:23+0100",
+            "2026-11-29T24:00:00Z",
+            "２026-11-29T12:35:23Z",
+        ] {
             assert!(!is_rfc3339(bad), "{bad}");
         }
         assert_eq!(format_rfc3339(0, 0), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(format_rfc3339(951_782_400, 7), "2000-02-29T00:00:00.000007Z");
-        assert_eq!(format_rfc3339(1_798_761_599, 999_999), "2026-12-31T23:59:59.999999Z");
+        assert_eq!(
+            format_rfc3339(951_782_400, 7),
+            "2000-02-29T00:00:00.000007Z"
+        );
+        assert_eq!(
+            format_rfc3339(1_798_761_599, 999_999),
+            "2026-12-31T23:59:59.999999Z"
+        );
         assert!(is_rfc3339(&now_rfc3339()));
     }
 
     #[test]
     fn noncanonical_number_and_string_spellings_fall_back() {
-        for (good, other) in [("1", "1.0"), ("0.5", "5e-1"), ("\"a\"", "\"\\u0061\""),
-            ("\"/\"", "\"\\/\""), ("\"\\u001f\"", "\"\\u001F\""), ("\"\\n\"", "\"\\u000a\"")]
-        {
-            let a = entry(0, json!({"v": serde_json::from_str::<Value>(good).unwrap()}));
+        for (good, other) in [
+            ("1", "1.0"),
+            ("0.5", "5e-1"),
+            ("\"a\"", "\"\\u0061\""),
+            ("\"/\"", "\"\\/\""),
+            ("\"\\u001f\"", "\"\\u001F\""),
+            ("\"\\n\"", "\"\\u000a\""),
+        ] {
+            let a = entry(
+                0,
+                json!({"v": serde_json::from_str::<Value>(good).unwrap()}),
+            );
             let line = String::from_utf8(a.canonical(true).unwrap()).unwrap();
             assert!(scan_canonical(line.as_bytes()).is_some(), "{line}");
             let alt = line.replacen(&format!("\"v\":{good}"), &format!("\"v\":{other}"), 1);

@@ -78,15 +78,13 @@ pub(crate) fn write_map_nested(
 }
 
 fn pointer_error((mut path, reason): WriteError) -> JcsError {
-
-        path.reverse();
-        let mut pointer = String::new();
-        for segment in path {
-            pointer.push('/');
-            pointer.push_str(&segment.replace('~', "~0").replace('/', "~1"));
-        }
-        JcsError::Canonicalize { pointer, reason }
-
+    path.reverse();
+    let mut pointer = String::new();
+    for segment in path {
+        pointer.push('/');
+        pointer.push_str(&segment.replace('~', "~0").replace('/', "~1"));
+    }
+    JcsError::Canonicalize { pointer, reason }
 }
 
 type WriteError = (Vec<String>, String);
@@ -202,7 +200,9 @@ fn write_number(n: &Number, out: &mut Vec<u8>) -> Result<(), String> {
         check_safe_integer(i.unsigned_abs(), i < 0)?;
         out.extend_from_slice(i.to_string().as_bytes());
     } else {
-        let f = n.as_f64().ok_or_else(|| "number is not finite".to_owned())?;
+        let f = n
+            .as_f64()
+            .ok_or_else(|| "number is not finite".to_owned())?;
         let text = format_f64(f).map_err(|e| e.to_owned())?;
         if !text.contains(['.', 'e']) && f.abs() > MAX_SAFE_INTEGER as f64 {
             return Err(big_integer(&text));
@@ -379,10 +379,9 @@ impl Parser<'_> {
     fn unexpected(&self, wanted: &str) -> JcsError {
         match self.peek() {
             None => self.error(format!("unexpected end of input, expected {wanted}")),
-            Some(b) if b.is_ascii_graphic() => self.error(format!(
-                "unexpected '{}', expected {wanted}",
-                char::from(b)
-            )),
+            Some(b) if b.is_ascii_graphic() => {
+                self.error(format!("unexpected '{}', expected {wanted}", char::from(b)))
+            }
             Some(b) => self.error(format!("unexpected byte 0x{b:02x}, expected {wanted}")),
         }
     }
@@ -482,7 +481,9 @@ impl Parser<'_> {
         loop {
             let start = self.pos;
             let rest = &self.input[start..];
-            let Some(stop) = rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+            let Some(stop) = rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
             else {
                 self.pos = self.input.len();
                 return Err(self.error("unterminated string"));
@@ -500,9 +501,9 @@ impl Parser<'_> {
                 }
                 b'\\' => out.push(self.escape()?),
                 b => {
-                    return Err(self.error(format!(
-                        "control character 0x{b:02x} in string (escape it)"
-                    )));
+                    return Err(
+                        self.error(format!("control character 0x{b:02x} in string (escape it)"))
+                    );
                 }
             }
         }
@@ -684,7 +685,15 @@ mod tests {
         };
         assert_eq!(
             keys,
-            ["\r", "1", "\u{80}", "\u{f6}", "\u{20ac}", "\u{1f600}", "\u{fb33}"]
+            [
+                "\r",
+                "1",
+                "\u{80}",
+                "\u{f6}",
+                "\u{20ac}",
+                "\u{1f600}",
+                "\u{fb33}"
+            ]
         );
         assert!(canon(input).starts_with(r#"{"\r":"Carriage Return","1":"One","#));
     }
@@ -718,7 +727,11 @@ mod tests {
             (0x43143ff3c1cb0959, "1424953923781206.2"),
         ];
         for (bits, want) in table {
-            assert_eq!(format_f64(f64::from_bits(bits)).unwrap(), want, "{bits:016x}");
+            assert_eq!(
+                format_f64(f64::from_bits(bits)).unwrap(),
+                want,
+                "{bits:016x}"
+            );
         }
         assert!(format_f64(f64::from_bits(0x7fffffffffffffff)).is_err());
         assert!(format_f64(f64::from_bits(0x7ff0000000000000)).is_err());
@@ -728,10 +741,17 @@ mod tests {
     fn rfc8785_appendix_b_round_trip_through_parse() {
         // Every finite Appendix B value that is not an integer above 2^53
         // survives parse → canonicalize unchanged.
-        for text in ["5e-324", "1.7976931348623157e+308", "9007199254740992", "1e+23",
-            "9.999999999999997e-7", "0.000001", "333333333.33333325", "1424953923781206.2",
-            "-0.0000033333333333333333"]
-        {
+        for text in [
+            "5e-324",
+            "1.7976931348623157e+308",
+            "9007199254740992",
+            "1e+23",
+            "9.999999999999997e-7",
+            "0.000001",
+            "333333333.33333325",
+            "1424953923781206.2",
+            "-0.0000033333333333333333",
+        ] {
             assert_eq!(canon(text), text);
         }
     }
@@ -739,7 +759,10 @@ mod tests {
     #[test]
     fn strings_escape_only_what_rfc8785_requires() {
         let mut out = Vec::new();
-        write_str("a\"b\\c\u{1}\u{8}\t\n\u{c}\r\u{1f}\u{7f}/\u{2028}é😀", &mut out);
+        write_str(
+            "a\"b\\c\u{1}\u{8}\t\n\u{c}\r\u{1f}\u{7f}/\u{2028}é😀",
+            &mut out,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "\"a\\\"b\\\\c\\u0001\\b\\t\\n\\f\\r\\u001f\u{7f}/\u{2028}é😀\""
@@ -758,9 +781,12 @@ mod tests {
     fn integers_above_2_pow_53_are_refused_both_ways() {
         assert!(parse(b"9007199254740992").is_ok());
         assert!(parse(b"-9007199254740992").is_ok());
-        for text in ["9007199254740993", "-9007199254740993", "18446744073709551616",
-            "100000000000000000000000000000"]
-        {
+        for text in [
+            "9007199254740993",
+            "-9007199254740993",
+            "18446744073709551616",
+            "100000000000000000000000000000",
+        ] {
             let err = parse(text.as_bytes()).unwrap_err();
             assert!(err.to_string().contains("write it as a string"), "{err}");
         }
@@ -822,7 +848,12 @@ mod tests {
         let deep = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
         assert!(parse(deep.as_bytes()).is_ok());
         let deeper = "[".repeat(MAX_DEPTH + 1) + &"]".repeat(MAX_DEPTH + 1);
-        assert!(parse(deeper.as_bytes()).unwrap_err().to_string().contains("nested"));
+        assert!(
+            parse(deeper.as_bytes())
+                .unwrap_err()
+                .to_string()
+                .contains("nested")
+        );
         let huge = "[".repeat(1_000_000);
         assert!(parse(huge.as_bytes()).is_err());
         let mut v = json!(0);

@@ -162,9 +162,13 @@ impl SigningKey {
             return Err(err("expected PRIVATE+KEY+<name>+<key id>+<key>"));
         };
         check_name(name)?;
-        let raw = B64.decode(b64).map_err(|_| err("the key is not valid base64"))?;
+        let raw = B64
+            .decode(b64)
+            .map_err(|_| err("the key is not valid base64"))?;
         if raw.len() != 33 || raw[0] != ALG_ED25519 {
-            return Err(err("the key is not 0x01 followed by a 32-byte Ed25519 seed"));
+            return Err(err(
+                "the key is not 0x01 followed by a 32-byte Ed25519 seed",
+            ));
         }
         let mut seed = [0u8; 32];
         seed.copy_from_slice(&raw[1..]);
@@ -241,9 +245,13 @@ impl VerifierKey {
         if id.len() != 8 || !id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
             return Err(err("the key id is not 8 lowercase hex digits"));
         }
-        let raw = B64.decode(b64).map_err(|_| err("the key is not valid base64"))?;
+        let raw = B64
+            .decode(b64)
+            .map_err(|_| err("the key is not valid base64"))?;
         if raw.len() != 33 || raw[0] != ALG_ED25519 {
-            return Err(err("the key is not 0x01 followed by a 32-byte Ed25519 public key"));
+            return Err(err(
+                "the key is not 0x01 followed by a 32-byte Ed25519 public key",
+            ));
         }
         let mut public = [0u8; 32];
         public.copy_from_slice(&raw[1..]);
@@ -522,7 +530,8 @@ pub fn load_check_key(arg: &str) -> Result<CheckKey, KeyError> {
 mod tests {
     use super::*;
 
-    const SKEY: &str = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz";
+    const SKEY: &str =
+        "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz";
     const VKEY: &str = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW";
 
     #[test]
@@ -572,7 +581,10 @@ mod tests {
         assert_eq!(mode, 0o600);
         assert!(load_private(&path).is_ok());
         // Never overwritten.
-        assert!(matches!(write_private(&path, &key), Err(KeyError::Write { .. })));
+        assert!(matches!(
+            write_private(&path, &key),
+            Err(KeyError::Write { .. })
+        ));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         let err = load_private(&path).unwrap_err().to_string();
         assert!(err.contains("chmod 600"), "{err}");
@@ -583,7 +595,10 @@ mod tests {
 
     #[test]
     fn check_keys_resolve_from_files_and_inline_strings() {
-        assert!(matches!(load_check_key(VKEY).unwrap(), CheckKey::Ed25519(_)));
+        assert!(matches!(
+            load_check_key(VKEY).unwrap(),
+            CheckKey::Ed25519(_)
+        ));
         let dir = tempfile::tempdir().unwrap();
         let vpath = dir.path().join("v");
         std::fs::write(&vpath, format!("{VKEY}\n")).unwrap();
@@ -593,7 +608,10 @@ mod tests {
         ));
         let hpath = dir.path().join("h");
         write_private(&hpath, &PrivateKey::Hmac(HmacKey::generate())).unwrap();
-        assert!(matches!(load_check_key(hpath.to_str().unwrap()).unwrap(), CheckKey::Hmac(_)));
+        assert!(matches!(
+            load_check_key(hpath.to_str().unwrap()).unwrap(),
+            CheckKey::Hmac(_)
+        ));
         assert!(load_check_key("/nonexistent/key").is_err());
         let junk = dir.path().join("junk");
         std::fs::write(&junk, [0xff, 0, 1, 2]).unwrap();

@@ -167,7 +167,9 @@ pub enum LedgerError {
     },
     /// Writing or syncing failed; the entries of the batch are not committed
     /// and this handle refuses further appends.
-    #[error("cannot write {path}: {source}; reopen the ledger (which repairs it) before appending again")]
+    #[error(
+        "cannot write {path}: {source}; reopen the ledger (which repairs it) before appending again"
+    )]
     Write {
         /// The file.
         path: PathBuf,
@@ -176,7 +178,9 @@ pub enum LedgerError {
     },
     /// The ledger's last complete line is not a sound entry: damage, not a
     /// crash, so nothing is appended after it.
-    #[error("{path}: the last entry (at byte {offset}) {reason}; the ledger is damaged, not torn by a crash: run `cordon ledger verify {path}` and restore it from a copy")]
+    #[error(
+        "{path}: the last entry (at byte {offset}) {reason}; the ledger is damaged, not torn by a crash: run `cordon ledger verify {path}` and restore it from a copy"
+    )]
     Damaged {
         /// The file.
         path: PathBuf,
@@ -186,7 +190,9 @@ pub enum LedgerError {
         reason: String,
     },
     /// Someone shrank the file while it was open.
-    #[error("{path} shrank from {was} to {now} bytes while open: it was truncated by another program; run `cordon ledger verify {path}`")]
+    #[error(
+        "{path} shrank from {was} to {now} bytes while open: it was truncated by another program; run `cordon ledger verify {path}`"
+    )]
     Shrunk {
         /// The file.
         path: PathBuf,
@@ -422,7 +428,10 @@ impl Ledger {
                 let batch: Vec<Pending> = st.queue.drain(..n).collect();
                 drop(st);
                 let outcome = {
-                    let mut io = inner.io.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut io = inner
+                        .io
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     FileLock::take(&inner.lock_file, &inner.paths.lock).and_then(|_guard| {
                         let io = &mut *io;
                         settle_quiet(&inner.paths, io)?;
@@ -496,7 +505,14 @@ fn write_lines(paths: &Paths, io: &mut Io, batch: &[Pending]) -> Result<Vec<Head
         crate::jcs::write_str(&entry::now_rfc3339(), &mut ts);
         let unhashed = entry::assemble(&p.data, None, &p.kind, &prev, seq, &ts);
         let hash: Hash = Sha256::digest(&unhashed).into();
-        buf.extend_from_slice(&entry::assemble(&p.data, Some(&hash), &p.kind, &prev, seq, &ts));
+        buf.extend_from_slice(&entry::assemble(
+            &p.data,
+            Some(&hash),
+            &p.kind,
+            &prev,
+            seq,
+            &ts,
+        ));
         buf.push(b'\n');
         head = Some(Head { seq, hash });
         heads.push(Head { seq, hash });
@@ -641,10 +657,7 @@ fn read_tail(paths: &Paths, file: &File, len: u64) -> Result<Tail, LedgerError> 
     let committed = last_nl.map_or(0, |p| p + 1);
     let torn = (committed < len).then_some((committed, len - committed));
     let Some(end) = last_nl else {
-        return Ok(Tail {
-            head: None,
-            torn,
-        });
+        return Ok(Tail { head: None, torn });
     };
     let start = rfind_newline(file, end, MAX_LINE as u64 + 1)
         .map_err(rerr)?
@@ -800,7 +813,10 @@ pub fn sign_checkpoint(
         match walker.step().map_err(rerr)? {
             Step::Entry(c) => {
                 first.get_or_insert(c.claimed);
-                if previous.as_ref().is_some_and(|p| p.size == walker.frontier.size()) {
+                if previous
+                    .as_ref()
+                    .is_some_and(|p| p.size == walker.frontier.size())
+                {
                     root_at_previous = Some(walker.frontier.root());
                 }
             }

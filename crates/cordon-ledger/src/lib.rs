@@ -2,16 +2,16 @@
 //! checkpoints, signed notes and receipts.
 #![forbid(unsafe_code)]
 
+pub mod chain;
+pub mod checkpoint;
 pub mod entry;
 pub mod jcs;
-pub mod merkle;
-pub mod checkpoint;
 pub mod keys;
-pub mod note;
-pub mod receipt;
-pub mod chain;
 pub mod ledger;
+pub mod merkle;
+pub mod note;
 pub mod proof;
+pub mod receipt;
 
 pub use chain::{Damage, DamageKind, Report, VerifyOptions, verify};
 pub use ledger::{Head, Ledger, Paths, sign_checkpoint};

@@ -335,8 +335,16 @@ mod tests {
 
     /// The Certificate Transparency reference leaves (RFC 6962 test data).
     fn ct_leaves() -> Vec<Hash> {
-        ["", "00", "10", "2021", "3031", "40414243", "5051525354555657",
-            "606162636465666768696a6b6c6d6e6f"]
+        [
+            "",
+            "00",
+            "10",
+            "2021",
+            "3031",
+            "40414243",
+            "5051525354555657",
+            "606162636465666768696a6b6c6d6e6f",
+        ]
         .iter()
         .map(|s| leaf_hash(&hex::decode(s).unwrap()))
         .collect()
@@ -375,16 +383,24 @@ mod tests {
         let leaves = ct_leaves();
         let cases: &[(u64, u64, &[&str])] = &[
             (0, 1, &[]),
-            (0, 8, &[
-                "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
-                "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-                "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
-            ]),
-            (5, 8, &[
-                "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
-                "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
-                "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
-            ]),
+            (
+                0,
+                8,
+                &[
+                    "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+                    "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+                    "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+                ],
+            ),
+            (
+                5,
+                8,
+                &[
+                    "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+                    "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
+                    "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+                ],
+            ),
         ];
         for &(index, size, want) in cases {
             let got = hashes(&leaves, &inclusion_ranges(index, size));
@@ -400,24 +416,40 @@ mod tests {
         let leaves = ct_leaves();
         let cases: &[(u64, u64, &[&str])] = &[
             (1, 1, &[]),
-            (1, 8, &[
-                "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
-                "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-                "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
-            ]),
-            (2, 5, &[
-                "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-                "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
-            ]),
-            (2, 8, &[
-                "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-                "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
-            ]),
-            (6, 8, &[
-                "0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
-                "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
-                "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
-            ]),
+            (
+                1,
+                8,
+                &[
+                    "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+                    "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+                    "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+                ],
+            ),
+            (
+                2,
+                5,
+                &[
+                    "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+                    "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+                ],
+            ),
+            (
+                2,
+                8,
+                &[
+                    "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+                    "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+                ],
+            ),
+            (
+                6,
+                8,
+                &[
+                    "0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
+                    "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
+                    "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+                ],
+            ),
         ];
         for &(old, new, want) in cases {
             let got = hashes(&leaves, &consistency_ranges(old, new));
@@ -441,8 +473,10 @@ mod tests {
                 let proof = hashes(&all, &inclusion_ranges(index, size));
                 let leaf = &all[index as usize];
                 verify_inclusion(leaf, index, size, &proof, &r).unwrap();
-                assert!(verify_inclusion(&all[(index as usize + 1) % 40], index, size, &proof, &r)
-                    .is_err());
+                assert!(
+                    verify_inclusion(&all[(index as usize + 1) % 40], index, size, &proof, &r)
+                        .is_err()
+                );
                 if size < 40 {
                     let bigger = root(&all[..size as usize + 1]);
                     assert!(verify_inclusion(leaf, index, size + 1, &proof, &bigger).is_err());

@@ -165,7 +165,8 @@ impl std::fmt::Display for Note {
 mod tests {
     use super::*;
 
-    const SKEY: &str = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz";
+    const SKEY: &str =
+        "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz";
     const VKEY: &str = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW";
     const TEXT: &str = "If you think cryptography is the answer to your problem,\n\
                         then you don't know what your problem is.\n";

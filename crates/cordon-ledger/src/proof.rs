@@ -154,7 +154,9 @@ fn read_entry(paths: &Paths, seq: u64) -> Result<Entry, ProofError> {
         }
         n += 1;
     }
-    Err(ProofError::Prove(format!("seq {seq} vanished while reading")))
+    Err(ProofError::Prove(format!(
+        "seq {seq} vanished while reading"
+    )))
 }
 
 impl Proof {
@@ -245,7 +247,11 @@ impl Proof {
                 m.insert("tree_size".into(), size.into());
                 m.insert("proof".into(), hashes(h));
             }
-            Proof::Consistency { old, new, hashes: h } => {
+            Proof::Consistency {
+                old,
+                new,
+                hashes: h,
+            } => {
                 let size = |n: &str| parse_cp(n).map_or(0, |c| c.checkpoint.size);
                 m.insert("type".into(), CONSISTENCY.into());
                 m.insert("old_checkpoint".into(), old.clone().into());
@@ -261,7 +267,8 @@ impl Proof {
     /// Parses a proof document.
     pub fn parse(bytes: &[u8]) -> Result<Proof, ProofError> {
         let err = |m: &str| ProofError::Parse(m.to_owned());
-        let Value::Object(m) = crate::jcs::parse(bytes).map_err(|e| ProofError::Parse(e.to_string()))?
+        let Value::Object(m) =
+            crate::jcs::parse(bytes).map_err(|e| ProofError::Parse(e.to_string()))?
         else {
             return Err(err("a proof must be a JSON object"));
         };
@@ -288,8 +295,10 @@ impl Proof {
             INCLUSION => {
                 let entry = match m.get("entry") {
                     Some(e @ Value::Object(_)) => {
-                        let bytes = crate::jcs::to_vec(e).map_err(|e| ProofError::Parse(e.to_string()))?;
-                        Entry::parse(&bytes).map_err(|e| ProofError::Parse(format!("entry: {e}")))?
+                        let bytes =
+                            crate::jcs::to_vec(e).map_err(|e| ProofError::Parse(e.to_string()))?;
+                        Entry::parse(&bytes)
+                            .map_err(|e| ProofError::Parse(format!("entry: {e}")))?
                     }
                     _ => return Err(err("entry must be an object")),
                 };

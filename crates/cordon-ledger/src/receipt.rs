@@ -81,7 +81,8 @@ fn hmac(key: &HmacKey) -> HmacSha256 {
 impl Receipt {
     /// Signs `payload` with `key`.
     pub fn sign(payload: Map<String, Value>, key: &PrivateKey) -> Result<Receipt, ReceiptError> {
-        let bytes = jcs::to_vec(&Value::Object(payload.clone())).map_err(ReceiptError::Canonicalize)?;
+        let bytes =
+            jcs::to_vec(&Value::Object(payload.clone())).map_err(ReceiptError::Canonicalize)?;
         Ok(match key {
             PrivateKey::Hmac(k) => {
                 let mut mac = hmac(k);
@@ -167,8 +168,8 @@ impl Receipt {
     /// time.
     pub fn verify(&self, key: &CheckKey) -> Result<(), ReceiptError> {
         let bad = |m: String| Err(ReceiptError::Verify(m));
-        let bytes =
-            jcs::to_vec(&Value::Object(self.payload.clone())).map_err(ReceiptError::Canonicalize)?;
+        let bytes = jcs::to_vec(&Value::Object(self.payload.clone()))
+            .map_err(ReceiptError::Canonicalize)?;
         match (self.alg, key) {
             (Alg::HmacSha256, CheckKey::Hmac(k)) => {
                 let mut mac = hmac(k);
@@ -239,9 +240,14 @@ mod tests {
         let parsed = Receipt::parse(&json).unwrap();
         assert_eq!(parsed, r);
         parsed.verify(&CheckKey::Hmac(key.clone())).unwrap();
-        let tampered = String::from_utf8(json).unwrap().replace("ALLOWED", "KILLED");
+        let tampered = String::from_utf8(json)
+            .unwrap()
+            .replace("ALLOWED", "KILLED");
         let t = Receipt::parse(tampered.as_bytes()).unwrap();
-        assert!(matches!(t.verify(&CheckKey::Hmac(key)), Err(ReceiptError::Verify(_))));
+        assert!(matches!(
+            t.verify(&CheckKey::Hmac(key)),
+            Err(ReceiptError::Verify(_))
+        ));
         assert!(r.verify(&CheckKey::Hmac(HmacKey::generate())).is_err());
     }
 
@@ -280,8 +286,14 @@ mod tests {
     fn malformed_receipts_say_what_is_wrong() {
         for (bad, want) in [
             ("[]", "must be a JSON object"),
-            (r#"{"version":"cordon-receipt/2"}"#, "reads \"cordon-receipt/1\""),
-            (r#"{"version":"cordon-receipt/1","alg":"RSA"}"#, "alg \"RSA\""),
+            (
+                r#"{"version":"cordon-receipt/2"}"#,
+                "reads \"cordon-receipt/1\"",
+            ),
+            (
+                r#"{"version":"cordon-receipt/1","alg":"RSA"}"#,
+                "alg \"RSA\"",
+            ),
             (r#"{"extra":1}"#, "unknown field \"extra\""),
             ("\u{0}\u{1}", "not valid JSON"),
         ] {
