@@ -218,7 +218,9 @@ fn append(a: AppendArgs) -> anyhow::Result<u8> {
 fn load_verifier(arg: &str) -> anyhow::Result<VerifierKey> {
     match keys::load_check_key(arg)? {
         CheckKey::Ed25519(k) => Ok(k),
-        CheckKey::Hmac(_) => bail!("--key {arg}: an HMAC key cannot verify a checkpoint; give the Ed25519 verifier key (vkey)"),
+        CheckKey::Hmac(_) => bail!(
+            "--key {arg}: an HMAC key cannot verify a checkpoint; give the Ed25519 verifier key (vkey)"
+        ),
     }
 }
 
@@ -235,7 +237,10 @@ fn verify(a: VerifyArgs) -> anyhow::Result<u8> {
     let report = match chain::verify(&paths, &opts) {
         Ok(r) => r,
         Err(ChainError::Open { path, source }) if source.kind() == std::io::ErrorKind::NotFound => {
-            bail!("{}: no such ledger (give a ledger directory or its .jsonl file)", path.display())
+            bail!(
+                "{}: no such ledger (give a ledger directory or its .jsonl file)",
+                path.display()
+            )
         }
         Err(e) => return Err(e.into()),
     };
@@ -269,14 +274,18 @@ fn verify(a: VerifyArgs) -> anyhow::Result<u8> {
             .unwrap_or_default();
         let cp = match &report.checkpoint {
             Some(c) if c.signature_verified => {
-                format!("; matches checkpoint {} at size {} (signature verified)", c.origin, c.size)
+                format!(
+                    "; matches checkpoint {} at size {} (signature verified)",
+                    c.origin, c.size
+                )
             }
             Some(c) => format!(
                 "; matches checkpoint {} at size {} (signature not checked: pass --key)",
                 c.origin, c.size
             ),
-            None => "; no checkpoint to compare with (truncation at the end is undetectable)"
-                .to_owned(),
+            None => {
+                "; no checkpoint to compare with (truncation at the end is undetectable)".to_owned()
+            }
         };
         println!("intact: {file}: {} entries{head}{cp}", report.entries);
     }
@@ -373,8 +382,7 @@ fn prove(a: ProveArgs) -> anyhow::Result<u8> {
 
 fn verify_proof(a: VerifyProofArgs) -> anyhow::Result<u8> {
     let text = read_text(&a.proof, "proof")?;
-    let proof = Proof::parse(text.as_bytes())
-        .with_context(|| format!("{}", a.proof.display()))?;
+    let proof = Proof::parse(text.as_bytes()).with_context(|| format!("{}", a.proof.display()))?;
     let key = a.key.as_deref().map(load_verifier).transpose()?;
     let trusted = a.checkpoint.as_deref().map(load_cp).transpose()?;
     match proof.verify(key.as_ref(), trusted.as_ref()) {

@@ -59,7 +59,8 @@ impl ReceiptCommand {
         match self {
             ReceiptCommand::Sign(a) => {
                 let key = keys::load_private(&a.key)?;
-                let Value::Object(payload) = super::ledger::json_arg("--payload", &a.payload)? else {
+                let Value::Object(payload) = super::ledger::json_arg("--payload", &a.payload)?
+                else {
                     bail!("--payload: must be a JSON object");
                 };
                 let receipt = Receipt::sign(payload, &key)?;
