@@ -556,10 +556,11 @@ pub fn verify_reader(
              was rewritten (with its hashes recomputed) since the checkpoint was signed"
         ),
     };
-    if let Some(cp) = cp {
-        if cp.size == 0 && cp.root != crate::merkle::empty_root() {
-            report.damage = Some(mismatch(0));
-        }
+    if let Some(cp) = cp
+        && cp.size == 0
+        && cp.root != crate::merkle::empty_root()
+    {
+        report.damage = Some(mismatch(0));
     }
     // A root mismatch says only that some entry before the checkpoint's size
     // changed. Keep walking: if the chain itself shows damage at a seq
@@ -572,10 +573,11 @@ pub fn verify_reader(
                     report.entries += 1;
                     report.head = Some((c.seq, c.claimed));
                 }
-                if let Some(cp) = cp {
-                    if walker.frontier.size() == cp.size && walker.frontier.root() != cp.root {
-                        mismatched = Some(mismatch(cp.size));
-                    }
+                if let Some(cp) = cp
+                    && walker.frontier.size() == cp.size
+                    && walker.frontier.root() != cp.root
+                {
+                    mismatched = Some(mismatch(cp.size));
                 }
             }
             Step::End { torn } => {
@@ -584,22 +586,22 @@ pub fn verify_reader(
                     report.damage = Some(m);
                     break;
                 }
-                if let Some(cp) = cp {
-                    if report.entries < cp.size {
-                        report.damage = Some(Damage {
-                            kind: DamageKind::Truncated,
-                            seq: Some(report.entries),
-                            line: None,
-                            detail: format!(
-                                "the checkpoint commits to {} entries but the ledger ends after \
-                                 {}: seq {}..{} are gone",
-                                cp.size,
-                                report.entries,
-                                report.entries,
-                                cp.size - 1
-                            ),
-                        });
-                    }
+                if let Some(cp) = cp
+                    && report.entries < cp.size
+                {
+                    report.damage = Some(Damage {
+                        kind: DamageKind::Truncated,
+                        seq: Some(report.entries),
+                        line: None,
+                        detail: format!(
+                            "the checkpoint commits to {} entries but the ledger ends after \
+                             {}: seq {}..{} are gone",
+                            cp.size,
+                            report.entries,
+                            report.entries,
+                            cp.size - 1
+                        ),
+                    });
                 }
                 break;
             }

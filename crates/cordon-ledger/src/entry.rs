@@ -523,10 +523,10 @@ impl<'a> Scanner<'a> {
                 let mut last: Option<&[u8]> = None;
                 loop {
                     let key = self.string()?;
-                    if let Some(prev) = last {
-                        if key_order(prev, key)? != std::cmp::Ordering::Less {
-                            return None;
-                        }
+                    if let Some(prev) = last
+                        && key_order(prev, key)? != std::cmp::Ordering::Less
+                    {
+                        return None;
                     }
                     last = Some(key);
                     self.lit(b":")?;

@@ -358,8 +358,8 @@ impl HmacKey {
 /// A private key of either kind, as read from a key file.
 #[derive(Debug, Clone)]
 pub enum PrivateKey {
-    /// An Ed25519 signing key.
-    Ed25519(SigningKey),
+    /// An Ed25519 signing key (boxed: it is much larger than an HMAC key).
+    Ed25519(Box<SigningKey>),
     /// An HMAC secret.
     Hmac(HmacKey),
 }
@@ -368,7 +368,7 @@ impl PrivateKey {
     /// Parses either private key form.
     pub fn parse(s: &str) -> Result<PrivateKey, KeyError> {
         if s.starts_with("PRIVATE+KEY+") {
-            SigningKey::parse(s).map(PrivateKey::Ed25519)
+            SigningKey::parse(s).map(|k| PrivateKey::Ed25519(Box::new(k)))
         } else if s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
             HmacKey::parse(s).map(PrivateKey::Hmac)
         } else {
@@ -575,7 +575,7 @@ mod tests {
     fn private_key_files_are_0600_and_others_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k");
-        let key = PrivateKey::Ed25519(SigningKey::generate("test").unwrap());
+        let key = PrivateKey::Ed25519(Box::new(SigningKey::generate("test").unwrap()));
         write_private(&path, &key).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);

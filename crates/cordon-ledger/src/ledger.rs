@@ -849,13 +849,13 @@ pub fn sign_checkpoint(
                 prev.size
             )));
         }
-        if let Some(o) = origin {
-            if o != prev.origin {
-                return Err(inconsistent(format!(
-                    "this ledger's checkpoints have origin {:?}, not {o:?}",
-                    prev.origin
-                )));
-            }
+        if let Some(o) = origin
+            && o != prev.origin
+        {
+            return Err(inconsistent(format!(
+                "this ledger's checkpoints have origin {:?}, not {o:?}",
+                prev.origin
+            )));
         }
     }
     let origin = match (origin, &previous, first) {

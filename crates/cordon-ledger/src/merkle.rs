@@ -326,6 +326,8 @@ pub fn verify_consistency(
 }
 
 #[cfg(test)]
+// Test trees have a few dozen leaves: indices fit any usize.
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

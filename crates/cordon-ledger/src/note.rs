@@ -151,7 +151,7 @@ impl Note {
 
 impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}\n", self.text)?;
+        writeln!(f, "{}", self.text)?;
         for s in &self.sigs {
             let mut raw = s.key_id.to_vec();
             raw.extend_from_slice(&s.sig);

@@ -147,10 +147,10 @@ fn read_entry(paths: &Paths, seq: u64) -> Result<Entry, ProofError> {
         path: paths.file.clone(),
         source,
     })? {
-        if let crate::chain::Line::Full(bytes) = line {
-            if n == seq {
-                return Entry::parse(bytes).map_err(|e| ProofError::Prove(e.to_string()));
-            }
+        if let crate::chain::Line::Full(bytes) = line
+            && n == seq
+        {
+            return Entry::parse(bytes).map_err(|e| ProofError::Prove(e.to_string()));
         }
         n += 1;
     }

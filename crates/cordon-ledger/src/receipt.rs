@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn ed25519_receipt_round_trip_and_tamper() {
         let key = SigningKey::generate("signer").unwrap();
-        let r = Receipt::sign(payload(), &PrivateKey::Ed25519(key.clone())).unwrap();
+        let r = Receipt::sign(payload(), &PrivateKey::Ed25519(Box::new(key.clone()))).unwrap();
         assert_eq!(r.key_id, hex::encode(key.key_id()));
         let parsed = Receipt::parse(&r.to_json().unwrap()).unwrap();
         parsed.verify(&CheckKey::Ed25519(key.verifier())).unwrap();
@@ -269,7 +269,7 @@ mod tests {
     #[test]
     fn signature_covers_the_canonical_payload_not_its_spelling() {
         let key = SigningKey::generate("s").unwrap();
-        let r = Receipt::sign(payload(), &PrivateKey::Ed25519(key.clone())).unwrap();
+        let r = Receipt::sign(payload(), &PrivateKey::Ed25519(Box::new(key.clone()))).unwrap();
         let sig = B64.encode(&r.sig);
         let respelled = format!(
             r#"{{ "version": "cordon-receipt/1", "alg": "Ed25519", "key_id": "{}",

@@ -65,7 +65,7 @@ impl KeyCommand {
             KeyType::Ed25519 => {
                 let key = SigningKey::generate(&a.name)?;
                 let vkey = key.verifier().to_vkey();
-                keys::write_private(&out, &PrivateKey::Ed25519(key))?;
+                keys::write_private(&out, &PrivateKey::Ed25519(Box::new(key)))?;
                 let vpath = vkey_path(&out);
                 keys::write_public(&vpath, &vkey)
                     .with_context(|| format!("private key written to {}", out.display()))?;
