@@ -84,21 +84,26 @@ fn every_acknowledged_entry_survives_kill_9_at_random_moments() {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
-            let mut acks = Vec::new();
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if let Some(rest) = line.strip_prefix("ack ") {
                     let (seq, hash) = rest.split_once(' ').unwrap();
-                    acks.push((seq.parse::<u64>().unwrap(), hash.to_owned()));
+                    let _ = tx.send((seq.parse::<u64>().unwrap(), hash.to_owned()));
                 }
             }
-            acks
         });
-        std::thread::sleep(Duration::from_millis(20 + next() % 120));
+        // Kill at a random moment once the writer is under way (however
+        // slow a loaded machine makes its start).
+        let first = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the writer acknowledged nothing");
+        std::thread::sleep(Duration::from_millis(next() % 100));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        for (seq, hash) in reader.join().unwrap() {
+        reader.join().unwrap();
+        for (seq, hash) in std::iter::once(first).chain(rx.try_iter()) {
             assert!(
                 acked.insert(seq, hash).is_none(),
                 "seq {seq} acknowledged twice"
