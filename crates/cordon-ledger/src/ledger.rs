@@ -346,20 +346,7 @@ impl Ledger {
         };
         let repair = {
             let _guard = FileLock::take(&lock, &paths.lock)?;
-            let mut repair = settle(&paths, &mut io)?;
-            if let Some(r) = &mut repair {
-                let data = json!({
-                    "action": r.action,
-                    "offset": r.offset,
-                    "bytes": r.bytes,
-                    "sha256": r.sha256,
-                    "saved_to": r.saved_to.as_ref().map(|p| p.display().to_string()),
-                });
-                let pending = prepare("ledger.repair", data)?;
-                let heads = write_lines(&paths, &mut io, &[pending])?;
-                r.recorded_as = heads.last().copied();
-            }
-            repair
+            settle_and_record(&paths, &mut io)?
         };
         let state = State {
             head: io.head,
@@ -434,7 +421,7 @@ impl Ledger {
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                     FileLock::take(&inner.lock_file, &inner.paths.lock).and_then(|_guard| {
                         let io = &mut *io;
-                        settle_quiet(&inner.paths, io)?;
+                        settle_and_record(&inner.paths, io)?;
                         write_lines(&inner.paths, io, &batch)
                     })
                 };
@@ -629,21 +616,22 @@ fn settle(paths: &Paths, io: &mut Io) -> Result<Option<Repair>, LedgerError> {
     }))
 }
 
-/// [`settle`] inside an append batch: a repair there (another process
-/// crashed mid-write since this handle last wrote) is recorded before the
-/// batch.
-fn settle_quiet(paths: &Paths, io: &mut Io) -> Result<(), LedgerError> {
-    if let Some(r) = settle(paths, io)? {
-        let data = json!({
-            "action": r.action,
-            "offset": r.offset,
-            "bytes": r.bytes,
-            "sha256": r.sha256,
-            "saved_to": r.saved_to.as_ref().map(|p| p.display().to_string()),
-        });
-        write_lines(paths, io, &[prepare("ledger.repair", data)?])?;
-    }
-    Ok(())
+/// [`settle`], then records a repair, if one was done, as a
+/// `ledger.repair` entry before anything else is written.
+fn settle_and_record(paths: &Paths, io: &mut Io) -> Result<Option<Repair>, LedgerError> {
+    let Some(mut r) = settle(paths, io)? else {
+        return Ok(None);
+    };
+    let data = json!({
+        "action": r.action,
+        "offset": r.offset,
+        "bytes": r.bytes,
+        "sha256": r.sha256,
+        "saved_to": r.saved_to.as_ref().map(|p| p.display().to_string()),
+    });
+    let heads = write_lines(paths, io, &[prepare("ledger.repair", data)?])?;
+    r.recorded_as = heads.last().copied();
+    Ok(Some(r))
 }
 
 /// Finds the last complete line and any bytes after it, reading backwards
