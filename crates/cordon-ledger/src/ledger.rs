@@ -414,6 +414,7 @@ impl Ledger {
                 let n = take.min(st.queue.len());
                 let batch: Vec<Pending> = st.queue.drain(..n).collect();
                 drop(st);
+                let mut guard = LeaderGuard { inner, armed: true };
                 let outcome = {
                     let mut io = inner
                         .io
@@ -425,6 +426,8 @@ impl Ledger {
                         write_lines(&inner.paths, io, &batch)
                     })
                 };
+                guard.armed = false;
+                drop(guard);
                 st = lock_state(&inner.state);
                 st.leader = false;
                 match outcome {
@@ -449,6 +452,25 @@ impl Ledger {
                 .wait(st)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
+    }
+}
+
+/// Hands leadership back if the leader unwinds mid-batch, so followers are
+/// not left waiting forever; the handle is then refused (fail closed).
+struct LeaderGuard<'a> {
+    inner: &'a Inner,
+    armed: bool,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut st = lock_state(&self.inner.state);
+        st.leader = false;
+        st.poisoned = Some("a writer thread panicked mid-batch".to_owned());
+        self.inner.cond.notify_all();
     }
 }
 
