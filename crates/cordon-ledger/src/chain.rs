@@ -618,3 +618,60 @@ pub fn verify_reader(
     report.root = walker.frontier.root();
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hands out at most `n` bytes per read, to exercise refills.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    fn lines(input: &[u8], chunk: usize) -> Vec<String> {
+        let mut r = LineReader::new(Trickle(input, chunk));
+        let mut out = Vec::new();
+        while let Some(l) = r.next_line().unwrap() {
+            out.push(match l {
+                Line::Full(b) => format!("full {}", b.len()),
+                Line::TooLong(n) => format!("long {n}"),
+                Line::Torn(n) => format!("torn {n}"),
+            });
+        }
+        assert_eq!(r.offset, input.len() as u64, "every byte accounted for");
+        out
+    }
+
+    #[test]
+    fn lines_are_bounded_whatever_the_read_sizes() {
+        let mut input = Vec::new();
+        input.extend(std::iter::repeat_n(b'a', MAX_LINE));
+        input.push(b'\n');
+        input.extend(std::iter::repeat_n(b'b', MAX_LINE + 1));
+        input.push(b'\n');
+        input.extend(std::iter::repeat_n(b'c', 5 * MAX_LINE));
+        input.push(b'\n');
+        input.extend_from_slice(b"x\n\n");
+        input.extend(std::iter::repeat_n(b'd', 6 * MAX_LINE));
+        let want = [
+            format!("full {MAX_LINE}"),
+            format!("long {}", MAX_LINE + 1),
+            format!("long {}", 5 * MAX_LINE),
+            "full 1".to_owned(),
+            "full 0".to_owned(),
+            format!("torn {}", 6 * MAX_LINE),
+        ];
+        for chunk in [usize::MAX, 1 << 20, 65_537, 4093] {
+            assert_eq!(lines(&input, chunk), want, "chunk {chunk}");
+        }
+        assert_eq!(lines(b"", 7), Vec::<String>::new());
+        assert_eq!(lines(b"ab", 1), ["torn 2"]);
+    }
+}
