@@ -39,8 +39,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 
 use cedar_policy::{
-    Authorizer, Context, Effect, Entities, EntityId, EntityTypeName, EntityUid, PolicyId,
-    PolicySet, Request, RestrictedExpression,
+    ActionConstraint, Authorizer, Context, Effect, Entities, EntityId, EntityTypeName, EntityUid,
+    PolicyId, PolicySet, PrincipalConstraint, Request, ResourceConstraint, RestrictedExpression,
 };
 use miette::Diagnostic as _;
 use serde::{Deserialize, Serialize};
@@ -151,6 +151,45 @@ fn annotation_offset(stmt: &str, key: &str) -> usize {
         .map_or(0, |(i, _)| i)
 }
 
+/// The entity types a policy's scope names, with the type each must be:
+/// `(what, written type, expected type)`.
+fn scope_types(policy: &cedar_policy::Policy) -> Vec<(&'static str, String, &'static str)> {
+    let mut out = Vec::new();
+    match policy.principal_constraint() {
+        PrincipalConstraint::Any => {}
+        PrincipalConstraint::In(u) | PrincipalConstraint::Eq(u) => {
+            out.push(("principal", u.type_name().to_string(), "Agent"));
+        }
+        PrincipalConstraint::Is(t) => out.push(("principal", t.to_string(), "Agent")),
+        PrincipalConstraint::IsIn(t, u) => {
+            out.push(("principal", t.to_string(), "Agent"));
+            out.push(("principal", u.type_name().to_string(), "Agent"));
+        }
+    }
+    match policy.action_constraint() {
+        ActionConstraint::Any => {}
+        ActionConstraint::Eq(u) => out.push(("action", u.type_name().to_string(), "Action")),
+        ActionConstraint::In(us) => {
+            out.extend(
+                us.iter()
+                    .map(|u| ("action", u.type_name().to_string(), "Action")),
+            );
+        }
+    }
+    match policy.resource_constraint() {
+        ResourceConstraint::Any => {}
+        ResourceConstraint::In(u) | ResourceConstraint::Eq(u) => {
+            out.push(("resource", u.type_name().to_string(), "Resource"));
+        }
+        ResourceConstraint::Is(t) => out.push(("resource", t.to_string(), "Resource")),
+        ResourceConstraint::IsIn(t, u) => {
+            out.push(("resource", t.to_string(), "Resource"));
+            out.push(("resource", u.type_name().to_string(), "Resource"));
+        }
+    }
+    out
+}
+
 /// Whether `id` is usable as a rule id in decisions and in `eval` output:
 /// non-empty, without white space or control characters.
 pub(crate) fn valid_rule_id(id: &str) -> bool {
@@ -160,7 +199,10 @@ pub(crate) fn valid_rule_id(id: &str) -> bool {
 /// Compiled Cedar rules, ready to answer requests.
 #[derive(Debug, Clone)]
 pub struct CedarRules {
-    set: PolicySet,
+    /// For each action name some policy names: the policies that may apply.
+    by_action: BTreeMap<String, PolicySet>,
+    /// The policies that apply to any action (for names no policy names).
+    any_action: PolicySet,
     rules: Vec<Rule>,
     by_id: BTreeMap<String, usize>,
     authorizer: Authorizer,
@@ -177,7 +219,8 @@ impl CedarRules {
         let mut rules: Vec<Rule> = Vec::new();
         let mut by_id: BTreeMap<String, usize> = BTreeMap::new();
         let mut seen: BTreeSet<String> = BTreeSet::new();
-        let mut set = PolicySet::new();
+        // Each policy with the action names its scope admits (`None`: any).
+        let mut scoped: Vec<(cedar_policy::Policy, Option<Vec<String>>)> = Vec::new();
         let mut prev_end = 0;
         // Each statement is parsed on its own, so problems in one do not hide
         // problems in the others.
@@ -285,18 +328,38 @@ impl CedarRules {
                     continue;
                 }
             };
+            for (what, type_name, expected) in scope_types(&policy) {
+                if type_name != expected {
+                    let offset = stmt
+                        .find(&format!("{type_name}::"))
+                        .or_else(|| stmt.find(&type_name))
+                        .map_or(start, |i| base + i);
+                    problems.push(Problem {
+                        offset,
+                        message: format!(
+                            "{what} of type {type_name} never matches: {what}s are {expected}::\"...\""
+                        ),
+                        help: Some(match what {
+                            "principal" => "write e.g. principal == Agent::\"a1\"".into(),
+                            "action" => "write e.g. action == Action::\"read_file\"".into(),
+                            _ => "write e.g. resource == Resource::\"/etc/passwd\", or test context.resource".into(),
+                        }),
+                    });
+                    bad = true;
+                }
+            }
             if bad {
                 continue;
             }
             let renamed = policy.new_id(PolicyId::new(&id));
-            if let Err(e) = set.add(renamed) {
-                problems.push(Problem {
-                    offset: start,
-                    message: format!("cannot add cedar policy {id:?}: {e}"),
-                    help: None,
-                });
-                continue;
-            }
+            let scope = match renamed.action_constraint() {
+                ActionConstraint::Any => None,
+                ActionConstraint::Eq(uid) => Some(vec![uid.id().unescaped().to_owned()]),
+                ActionConstraint::In(uids) => {
+                    Some(uids.iter().map(|u| u.id().unescaped().to_owned()).collect())
+                }
+            };
+            scoped.push((renamed, scope));
             by_id.insert(id.clone(), rules.len());
             rules.push(Rule {
                 id,
@@ -308,7 +371,7 @@ impl CedarRules {
         if !problems.is_empty() {
             return Err(problems);
         }
-        CedarRules::from_parts(set, rules, by_id).map_err(|message| {
+        CedarRules::from_parts(&scoped, rules, by_id).map_err(|message| {
             vec![Problem {
                 offset: 0,
                 message,
@@ -317,16 +380,47 @@ impl CedarRules {
         })
     }
 
+    /// Builds one policy set per action name the policies mention, holding
+    /// only the policies whose action scope admits that name, plus one for
+    /// every other name. With no entity store, `action in [...]` holds
+    /// exactly when `action ==` one of the list, so a policy left out of an
+    /// action's set could never match (nor fail: Cedar checks the scope
+    /// before the conditions); the decision is the same as with the whole
+    /// set, at a fraction of the cost.
     fn from_parts(
-        set: PolicySet,
+        scoped: &[(cedar_policy::Policy, Option<Vec<String>>)],
         rules: Vec<Rule>,
         by_id: BTreeMap<String, usize>,
     ) -> Result<CedarRules, String> {
         let name = |n: &str| {
             EntityTypeName::from_str(n).map_err(|e| format!("internal: entity type {n}: {e}"))
         };
+        let set_for = |action: Option<&str>| -> Result<PolicySet, String> {
+            let mut set = PolicySet::new();
+            for (policy, scope) in scoped {
+                let admits = match (scope, action) {
+                    (None, _) => true,
+                    (Some(names), Some(a)) => names.iter().any(|n| n == a),
+                    (Some(_), None) => false,
+                };
+                if admits {
+                    set.add(policy.clone())
+                        .map_err(|e| format!("cannot add cedar policy {}: {e}", policy.id()))?;
+                }
+            }
+            Ok(set)
+        };
+        let mut by_action = BTreeMap::new();
+        for (_, scope) in scoped {
+            for action in scope.iter().flatten() {
+                if !by_action.contains_key(action) {
+                    by_action.insert(action.clone(), set_for(Some(action))?);
+                }
+            }
+        }
         Ok(CedarRules {
-            set,
+            by_action,
+            any_action: set_for(None)?,
             rules,
             by_id,
             authorizer: Authorizer::new(),
@@ -349,6 +443,14 @@ impl CedarRules {
     /// Asks the rules about one action. Never fails: anything that stops the
     /// evaluation yields a deny carrying the reason.
     pub(crate) fn evaluate(&self, request: &CedarRequest<'_>) -> Outcome {
+        let set = self
+            .by_action
+            .get(request.action)
+            .unwrap_or(&self.any_action);
+        self.evaluate_in(set, request)
+    }
+
+    fn evaluate_in(&self, set: &PolicySet, request: &CedarRequest<'_>) -> Outcome {
         let context = match build_context(request) {
             Ok(c) => c,
             Err(reason) => {
@@ -382,7 +484,7 @@ impl CedarRules {
         };
         let response = self
             .authorizer
-            .is_authorized(&cedar_request, &self.set, &self.entities);
+            .is_authorized(&cedar_request, set, &self.entities);
         let diagnostics = response.diagnostics();
         let mut matched: Vec<&str> = diagnostics.reason().map(AsRef::as_ref).collect();
         matched.sort_unstable();
@@ -688,6 +790,80 @@ mod tests {
             ask(&rules, "t", json!({ "d": deep })).rule,
             "unrepresentable-arguments"
         );
+    }
+
+    #[test]
+    fn per_action_sets_decide_as_the_whole_set_would() {
+        let rules = CedarRules::compile(
+            r#"
+            @id("any") permit(principal, action, resource) when { context.args has ok };
+            @id("eq") permit(principal, action == Action::"a", resource);
+            @id("in") forbid(principal, action in [Action::"a", Action::"b"], resource) when { context.args has no };
+            @id("err") forbid(principal, action == Action::"c", resource) when { context.args.n > 1 };
+            @id("halt") @effect("halt") forbid(principal, action in [Action::"b", Action::"d"], resource) when { context.args has stop };
+            @id("any-forbid") forbid(principal, action, resource) when { context.args has never };
+            "#,
+        )
+        .unwrap();
+        let mut whole = PolicySet::new();
+        for set in rules.by_action.values().chain([&rules.any_action]) {
+            for p in set.policies() {
+                if whole.policy(p.id()).is_none() {
+                    whole.add(p.clone()).unwrap();
+                }
+            }
+        }
+        assert_eq!(whole.policies().count(), 6);
+        let counts = BTreeMap::new();
+        for action in ["a", "b", "c", "d", "e"] {
+            for args in [
+                json!({}),
+                json!({"ok": 1}),
+                json!({"no": 1}),
+                json!({"stop": 1, "ok": 1}),
+                json!({"n": 5}),
+                json!({"never": 1, "no": 1, "stop": 1}),
+            ] {
+                let request = CedarRequest {
+                    agent: "a1",
+                    action,
+                    resource: None,
+                    args: &args,
+                    count: 0,
+                    counts: &counts,
+                    last_action: None,
+                };
+                assert_eq!(
+                    rules.evaluate(&request),
+                    rules.evaluate_in(&whole, &request),
+                    "{action} {args}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn scopes_naming_other_entity_types_are_refused() {
+        let p =
+            CedarRules::compile(r#"@id("a") permit(principal, action == Tool::"x", resource);"#)
+                .unwrap_err();
+        // Cedar itself insists on the `Action` type for actions.
+        assert!(p[0].message.contains("type `Action`"), "{p:?}");
+        let p = CedarRules::compile(
+            r#"@id("a") permit(principal == User::"x", action, resource is File);"#,
+        )
+        .unwrap_err();
+        assert_eq!(p.len(), 2);
+        assert!(
+            p[0].message.starts_with("principal of type User"),
+            "{:?}",
+            p
+        );
+        assert!(p[1].message.starts_with("resource of type File"), "{:?}", p);
+        assert!(CedarRules::compile(
+            r#"@id("a") permit(principal == Agent::"x", action in [Action::"r"], resource == Resource::"/x");"#
+        )
+        .is_ok());
     }
 
     #[test]

@@ -502,12 +502,14 @@ impl<'a> Walker<'a> {
             net.i_understand = self.boolean(v, "[network] i_understand").unwrap_or(false);
         }
         let mut everything = false;
+        let mut written = 0;
         if let Some(v) = t.get("allow") {
             let entries = self.strings(
                 v,
                 "[network] allow",
                 "[\"10.1.2.0/24\", \"api.example.com:443\"]",
             );
+            written = entries.len();
             for (text, offset) in entries {
                 match NetDest::parse(&text) {
                     Ok(dest) => {
@@ -541,7 +543,8 @@ impl<'a> Walker<'a> {
                 );
             }
         }
-        if net.mode == NetMode::Allow && net.allow.is_empty() {
+        // (When entries were written but refused, those errors say enough.)
+        if net.mode == NetMode::Allow && written == 0 {
             self.error(
                 mode_offset,
                 "[network] mode = \"allow\" with an empty allow list",

@@ -270,6 +270,12 @@ impl NetDest {
             let max = if addr.is_ipv4() { 32 } else { 128 };
             let prefix = match prefix_text {
                 None => max,
+                Some(p) if addr.is_ipv6() && p.contains(':') => {
+                    let (len, port) = p.split_once(':').unwrap_or((p, ""));
+                    return Err(fail(format!(
+                        "an IPv6 block with a port needs brackets (write \"[{addr_text}/{len}]:{port}\")"
+                    )));
+                }
                 Some(p) => match p.parse::<u8>() {
                     Ok(p) if p <= max => p,
                     _ => {
@@ -514,6 +520,11 @@ mod tests {
         assert!(err("a..b").contains("empty label"));
         assert!(err("-a.com").contains("starts or ends"));
         assert!(err("[::1").contains("missing ']'"));
+        assert!(
+            err("::/0:443").contains(r#"needs brackets (write "[::/0]:443")"#),
+            "{}",
+            err("::/0:443")
+        );
         assert!(err(":443").contains("missing address"));
         assert!(err("").contains("empty"));
     }
