@@ -64,6 +64,10 @@ fn coding_agent() {
     let sudo = Action::new("a", "run_command").with_args(json!({"command": "sudo reboot"}));
     let make = Action::new("a", "run_command").with_args(json!({"command": "make test"}));
     assert_eq!(engine.decide(&mut s, &make, 0).verdict, Verdict::Allow);
+    let inside = Action::new("a", "write_file").with_resource("workspace/src/lib.rs");
+    let escape = Action::new("a", "write_file").with_resource("workspace/../.bashrc");
+    assert_eq!(engine.decide(&mut s, &inside, 0).rule, "write-workspace");
+    assert_eq!(engine.decide(&mut s, &escape, 0).rule, "no-parent-dirs");
     let d = engine.decide(&mut s, &sudo, 1);
     assert_eq!(
         (d.verdict, d.rule.as_str()),

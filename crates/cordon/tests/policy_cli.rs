@@ -45,7 +45,7 @@ fn check_summarizes_the_policy() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("actions     7 cedar rules (inline): 4 permit, 2 forbid, 1 halt"),
+        stdout.contains("actions     8 cedar rules (inline): 4 permit, 3 forbid, 1 halt"),
         "{stdout}"
     );
     assert!(
