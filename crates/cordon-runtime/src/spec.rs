@@ -217,9 +217,25 @@ impl RunSpec {
                 }
                 resolved_exec.push(resolved);
             }
+            // The kernel opens a dynamic binary's ELF interpreter for execution too: without it
+            // nothing dynamically linked could run. Only the loader file itself is added.
+            for (_, loader) in dynamic_loaders() {
+                resolved_exec.push(loader);
+            }
             resolved_exec.sort();
             resolved_exec.dedup();
             exec_paths = Some(resolved_exec);
+        }
+
+        // Whatever else is granted, the dynamic loader must be reachable under the name
+        // binaries carry (`/lib64/ld-linux-x86-64.so.2`), or nothing dynamically linked runs.
+        for (name, loader) in dynamic_loaders() {
+            if !grants.keys().any(|g| loader.starts_with(g)) {
+                grants.insert(loader.clone(), Grant::Read);
+            }
+            if name != loader {
+                symlinks.entry(name).or_insert(loader);
+            }
         }
 
         let cwd = self.validate_cwd(&grants)?;
@@ -480,6 +496,31 @@ fn no_nul_path(p: &Path, kind: &str) -> Result<(), SpecError> {
     } else {
         Ok(())
     }
+}
+
+/// The dynamic loaders (ELF interpreters) installed on this host: the name binaries carry (in
+/// `/lib64` or `/lib`) and the canonical file it resolves to.
+fn dynamic_loaders() -> Vec<(PathBuf, PathBuf)> {
+    let mut out = Vec::new();
+    for dir in ["/lib64", "/lib"] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if (name.starts_with("ld-linux") || name.starts_with("ld-musl"))
+                && name.contains(".so")
+                && let Ok(c) = e.path().canonicalize()
+                && c.is_file()
+            {
+                out.push((e.path(), c));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 fn canonical_or_lexical(p: &Path) -> PathBuf {

@@ -76,10 +76,6 @@ impl Status {
 }
 
 fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
-    // Die with the launcher: a sandbox nobody supervises must not keep running.
-    // SAFETY: PR_SET_PDEATHSIG takes an integer signal number and touches no memory.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
-
     let mut text = String::new();
     config_file.read_to_string(&mut text).stage("config")?;
     drop(config_file);
@@ -114,6 +110,16 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
         rustix::process::Uid::from_raw(id.uid),
     )
     .stage("setresuid")?;
+    // Die with the launcher: a sandbox nobody supervises must not keep running. Armed after the
+    // uid change, which would clear it; if the launcher died before this point, the next read
+    // of the sync pipe sees end of file and init stops there.
+    // SAFETY: PR_SET_PDEATHSIG takes an integer signal number and touches no memory.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) } < 0 {
+        return Err(Failure {
+            stage: "pdeathsig",
+            message: std::io::Error::last_os_error().to_string(),
+        });
+    }
 
     let mounts = mounts::build(plan).stage("mounts")?;
     rustix::system::sethostname(plan.hostname.as_bytes()).stage("hostname")?;

@@ -18,7 +18,7 @@ use rustix::mount::{
     mount_change, mount_remount, move_mount, open_tree, unmount,
 };
 
-use cordon_runtime::{Identity, MountKind, Plan};
+use cordon_runtime::{MountKind, Plan};
 
 use crate::sys;
 
@@ -189,7 +189,7 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
     count += build_dev(&at(Path::new("/dev")), devices)?;
 
     // 7. /etc basics when /etc is not granted.
-    write_etc(staging, plan.identity)?;
+    write_etc(staging, plan)?;
 
     // 8. Swap roots and let go of the old one.
     std::env::set_current_dir(staging).map_err(err("chdir", staging))?;
@@ -270,14 +270,15 @@ fn build_dev(dev: &Path, devices: Vec<(&str, OwnedFd)>) -> Result<usize, MountEr
     Ok(count)
 }
 
-/// `/etc/passwd`, `/etc/group` and `/etc/hosts` naming the sandbox's user and loopback, unless a
-/// grant already provides `/etc`.
-fn write_etc(staging: &Path, id: Identity) -> Result<(), MountError> {
-    let etc = staging.join("etc");
-    if etc.exists() {
+/// `/etc/passwd`, `/etc/group` and `/etc/hosts` naming the sandbox's user and loopback, where no
+/// grant provides them (when `/etc` itself is granted, the host's files are what the command sees).
+fn write_etc(staging: &Path, plan: &Plan) -> Result<(), MountError> {
+    if plan.mounts.iter().any(|m| m.path == Path::new("/etc")) {
         return Ok(());
     }
+    let etc = staging.join("etc");
     mkdir_p(&etc)?;
+    let id = plan.identity;
     let files = [
         (
             "passwd",
@@ -294,6 +295,9 @@ fn write_etc(staging: &Path, id: Identity) -> Result<(), MountError> {
     ];
     for (name, text) in files {
         let p = etc.join(name);
+        if fs::symlink_metadata(&p).is_ok() {
+            continue;
+        }
         fs::OpenOptions::new()
             .write(true)
             .create_new(true)

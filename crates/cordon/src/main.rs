@@ -17,6 +17,14 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // The sandbox's init is this same binary, started by `cordon run` under another name.
+    let mut args = std::env::args_os();
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(cordon_sandbox::proto::INIT_ARGV0)) {
+        let args: Vec<String> = std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        cordon_sandbox::init::main(&args);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

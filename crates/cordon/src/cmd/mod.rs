@@ -8,9 +8,11 @@ mod key;
 mod ledger;
 mod policy;
 mod receipt;
+pub mod run;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    Run(run::RunArgs),
     /// Append to, verify, checkpoint and prove the evidence ledger
     #[command(subcommand)]
     Ledger(ledger::LedgerCommand),
@@ -28,6 +30,7 @@ impl Command {
     /// Runs the subcommand, returning its exit code.
     pub fn run(self) -> anyhow::Result<u8> {
         match self {
+            Command::Run(args) => run::run(args),
             Command::Ledger(c) => c.run(),
             Command::Receipt(c) => c.run(),
             Command::Key(c) => c.run(),
@@ -39,6 +42,7 @@ impl Command {
     /// reach its own verdict ("unusable input" in the contract's words).
     pub fn failure_code(&self) -> u8 {
         match self {
+            Command::Run(_) => run::EXIT_REFUSED,
             Command::Ledger(_) | Command::Receipt(_) | Command::Key(_) => 2,
             Command::Policy(_) => 2,
         }

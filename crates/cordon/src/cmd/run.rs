@@ -77,13 +77,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "none|host|allow:CIDR,...")]
     net: Option<String>,
     /// Memory limit, e.g. 256M, 2G
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     memory: Option<String>,
     /// Most processes and threads alive at once
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pids: Option<String>,
     /// Wall-clock limit, e.g. 10s, 5m
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     timeout: Option<String>,
     /// Set a variable (NAME=VALUE); repeatable. The host environment is NOT inherited (only
     /// PATH, HOME, LANG, TERM get safe defaults)

@@ -1,0 +1,293 @@
+//! Positive controls (real workloads work inside the boundary), refusals before anything is
+//! created, signals, and the evidence each run leaves.
+
+use std::fs;
+use std::path::Path;
+
+use crate::support::*;
+
+/// A shell pipeline, a Python script, `git init && git commit` and a C compile-and-run, in a
+/// writable workspace under the coding-agent policy shipped in `policies/`.
+#[test]
+fn real_workloads_run_under_the_coding_agent_policy() {
+    if !privileged("real_workloads_run_under_the_coding_agent_policy") {
+        return;
+    }
+    let area = Area::new();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/coding-agent.toml");
+    fs::copy(&shipped, area.path("coding-agent.toml")).unwrap();
+    let ws = area.workspace("workspace");
+    let policy = area.path("coding-agent.toml");
+    let policy = policy.to_str().unwrap();
+    let git_env = [
+        "--env",
+        "GIT_AUTHOR_NAME=agent",
+        "--env",
+        "GIT_AUTHOR_EMAIL=agent@example.invalid",
+        "--env",
+        "GIT_COMMITTER_NAME=agent",
+        "--env",
+        "GIT_COMMITTER_EMAIL=agent@example.invalid",
+    ];
+
+    let pipeline = area.run(
+        &["--policy", policy],
+        &[
+            "/bin/sh",
+            "-c",
+            "seq 1 100 | grep 7 | sort -r | head -n 2 | tr '\\n' ' '",
+        ],
+    );
+    assert_eq!(pipeline.ok().trim(), "97 87");
+
+    fs::write(ws.join("script.py"), "import json, sys\nprint(json.dumps({'sum': sum(range(10)), 'cwd': __import__('os').getcwd()}))\n").unwrap();
+    let python = area.run(&["--policy", policy], &["python3", "script.py"]);
+    let out = python.ok();
+    assert!(out.contains("\"sum\": 45"), "{out}");
+    assert!(
+        out.contains(ws.canonicalize().unwrap().to_str().unwrap()),
+        "cwd is the workspace: {out}"
+    );
+
+    let mut flags = vec!["--policy", policy];
+    flags.extend(git_env);
+    let git = area.run(&flags, &["/bin/sh", "-c", "git init -q && echo hi > f && git add f && git commit -qm first && git log --format=%s"]);
+    assert_eq!(git.ok().trim(), "first");
+    assert!(ws.join(".git/HEAD").exists());
+
+    fs::write(
+        ws.join("hello.c"),
+        "#include <stdio.h>\nint main(void){puts(\"compiled and ran\");return 0;}\n",
+    )
+    .unwrap();
+    let cc = area.run(
+        &["--policy", policy],
+        &["/bin/sh", "-c", "cc -O1 -o hello hello.c && ./hello"],
+    );
+    assert_eq!(cc.ok().trim(), "compiled and ran");
+}
+
+/// Bad input is refused before anything starts: exit 125, one line, and nothing created. The
+/// ledger is opened before the backend exists, and the run's cgroup is created only after the
+/// ledger records the run's start: no ledger, then, means nothing of the run was created.
+#[test]
+fn bad_input_is_refused_before_anything_is_created() {
+    let area = Area::new();
+    let cases: &[(&[&str], &[&str], &str)] = &[
+        (&[], &[], "COMMAND"),
+        (
+            &["--read", "/does/not/exist"],
+            &["/bin/true"],
+            "/does/not/exist",
+        ),
+        (
+            &["--policy", "/does/not/exist.toml"],
+            &["/bin/true"],
+            "exist.toml",
+        ),
+        (&["--memory", "12Q"], &["/bin/true"], "12Q"),
+        (&["--timeout", "-3s"], &["/bin/true"], "-3s"),
+        (&["--pids", "lots"], &["/bin/true"], "lots"),
+        (&["--net", "allow:0.0.0.0/0"], &["/bin/true"], "0.0.0.0/0"),
+        (&["--write", "/"], &["/bin/true"], "writable /"),
+        (&["--env", "1X=y"], &["/bin/true"], "1X"),
+        (&["--read", "/proc"], &["/bin/true"], "/proc"),
+    ];
+    for (flags, cmd, mention) in cases {
+        let r = if cmd.is_empty() {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_cordon"))
+                .arg("run")
+                .arg("--ledger")
+                .arg(area.path("ledger"))
+                .output()
+                .unwrap();
+            Run {
+                out,
+                report: serde_json::Value::Null,
+            }
+        } else {
+            area.run(flags, cmd)
+        };
+        assert_eq!(r.code(), 125, "{flags:?}: {}", r.explain());
+        assert!(
+            r.stderr().contains(mention),
+            "{flags:?} must mention {mention}: {}",
+            r.stderr()
+        );
+        assert!(!r.stderr().contains("panicked"), "{}", r.stderr());
+        assert!(
+            !area.path("ledger").exists(),
+            "{flags:?} created the ledger"
+        );
+    }
+    // An unreadable policy (a directory) and a policy with an error.
+    fs::write(area.path("bad.toml"), "[filesystem]\nwirte = [\"/tmp\"]\n").unwrap();
+    let r = area.run(
+        &["--policy", area.path("bad.toml").to_str().unwrap()],
+        &["/bin/true"],
+    );
+    assert_eq!(r.code(), 125, "{}", r.explain());
+    assert!(r.stderr().contains("wirte"), "{}", r.stderr());
+    assert!(
+        !area.path("ledger").exists(),
+        "an invalid policy created the ledger"
+    );
+}
+
+/// Exit status: the command's own when allowed, 128+N for a signal, 126/127 for exec failures.
+#[test]
+fn exit_status_follows_the_contract() {
+    if !privileged("exit_status_follows_the_contract") {
+        return;
+    }
+    let area = Area::new();
+    assert_eq!(area.run(&[], &["/bin/sh", "-c", "exit 42"]).code(), 42);
+    let r = area.run(&[], &["/bin/sh", "-c", "kill -TERM $$"]);
+    assert_eq!(r.code(), 128 + 15, "{}", r.explain());
+    assert_eq!(r.signal(), Some(15));
+    let r = area.run(&[], &["no-such-command-anywhere"]);
+    assert_eq!(r.code(), 127, "{}", r.explain());
+    assert_eq!(r.verdict(), "FAILED");
+    let r = area.run(&[], &["/etc/ld.so.cache"]);
+    assert_eq!(r.code(), 126, "{}", r.explain());
+}
+
+/// Ctrl-C (SIGINT to cordon) reaches the command.
+#[test]
+fn signals_to_cordon_reach_the_command() {
+    if !privileged("signals_to_cordon_reach_the_command") {
+        return;
+    }
+    let area = Area::new();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["run", "--ledger"])
+        .arg(area.path("ledger"))
+        .args([
+            "--",
+            "/bin/sh",
+            "-c",
+            "trap 'echo GOT-INT; exit 3' INT; while :; do sleep 0.05; done",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the command is running (its sleep appears), then interrupt cordon.
+    for _ in 0..200 {
+        if fs::read_dir("/sys/fs/cgroup/unified/cordon")
+            .map(|d| d.count() > 0)
+            .unwrap_or(false)
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(stdout(&out).contains("GOT-INT"));
+}
+
+/// Each run is in the ledger (start and end, with the spec's hash, every mechanism's state and
+/// the verdict), the report points at its last entry, and the ledger verifies.
+#[test]
+fn every_run_is_recorded_in_the_ledger() {
+    if !privileged("every_run_is_recorded_in_the_ledger") {
+        return;
+    }
+    let area = Area::new();
+    let r = area.run(&["--timeout", "1s"], &["/bin/sleep", "5"]);
+    assert_eq!(r.verdict(), "KILLED");
+    let ledger = fs::read_to_string(area.path("ledger/ledger.jsonl")).unwrap();
+    let entries: Vec<serde_json::Value> = ledger
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let end = entries.last().unwrap();
+    assert_eq!(end["kind"], "run.end");
+    assert_eq!(end["data"]["verdict"], "KILLED");
+    assert_eq!(end["data"]["reasons"][0], "killed: timeout");
+    assert_eq!(end["data"]["run_id"], r.report["run_id"]);
+    assert_eq!(r.report["ledger"]["seq"], end["seq"]);
+    assert_eq!(r.report["ledger"]["head"], end["hash"]);
+    let start = &entries[entries.len() - 2];
+    assert_eq!(start["kind"], "run.start");
+    assert_eq!(start["data"]["spec_hash"], r.report["spec_hash"]);
+    let providers: Vec<&str> = end["data"]["enforcement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["provider"].as_str().unwrap())
+        .collect();
+    for p in [
+        "namespaces",
+        "mounts",
+        "capabilities",
+        "no_new_privs",
+        "landlock",
+        "seccomp",
+        "cgroup",
+    ] {
+        assert!(providers.contains(&p), "{p} missing from {providers:?}");
+    }
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["ledger", "verify"])
+        .arg(area.path("ledger"))
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
+}
+
+/// Started by an ordinary user, cordon refuses (the cgroup is missing) unless told to run
+/// degraded, and then says so in the report.
+#[test]
+fn unprivileged_runs_are_refused_or_marked_degraded() {
+    if !privileged("unprivileged_runs_are_refused_or_marked_degraded") {
+        return;
+    }
+    let area = Area::new();
+    let ledger = area.workspace("ledger-nobody");
+    let report = area.workspace("reports").join("r.json");
+    let base = |extra: &[&str]| {
+        let mut c = std::process::Command::new("/usr/bin/setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_cordon"))
+            .args(["run", "--ledger"])
+            .arg(&ledger)
+            .arg("--report")
+            .arg(&report)
+            .args(extra)
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                "id -u; grep NoNewPrivs /proc/self/status",
+            ])
+            .env("HOME", "/tmp");
+        c.output().unwrap()
+    };
+    let refused = base(&[]);
+    assert_eq!(refused.status.code(), Some(125), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("cgroup"),
+        "{refused:?}"
+    );
+    let degraded = base(&["--allow-degraded"]);
+    assert_eq!(degraded.status.code(), Some(0), "{degraded:?}");
+    let out = stdout(&degraded);
+    assert!(
+        out.contains("1000") && out.contains("NoNewPrivs:\t1"),
+        "{out}"
+    );
+    let rep: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&report).unwrap()).unwrap();
+    let cgroup = rep["enforcement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["provider"] == "cgroup")
+        .unwrap();
+    assert_eq!(cgroup["state"], "NOT_CONFIGURED");
+    assert_eq!(rep["teardown"]["verified_empty"], true, "{rep}");
+}
