@@ -320,13 +320,20 @@ impl Engine {
             };
             if verdict > decision.verdict {
                 let reason = rule.reason.clone().unwrap_or_else(|| {
-                    let ago = state.count - start.index;
-                    format!(
-                        "{} completed the sequence {} (its first step was {ago} allowed action{} ago)",
-                        action.agent,
-                        rule.describe(),
-                        if ago == 1 { "" } else { "s" }
-                    )
+                    let ago = state.count.saturating_sub(start.index);
+                    match ago {
+                        0 => format!("{} {} matches sequence rule {}", action.agent, action.name, rule.name),
+                        1 => format!(
+                            "{} completed the sequence {} (its first step was the previous allowed action)",
+                            action.agent,
+                            rule.describe()
+                        ),
+                        _ => format!(
+                            "{} completed the sequence {} (its first step was {ago} allowed actions ago)",
+                            action.agent,
+                            rule.describe()
+                        ),
+                    }
                 });
                 let previous = std::mem::replace(&mut decision.rule, rule.name.clone());
                 decision.also.insert(0, previous);

@@ -165,3 +165,22 @@ fn history_counts_track_a_bounded_number_of_names() {
     );
     assert_eq!(state.count(), 500);
 }
+
+#[test]
+fn reasons_say_how_the_sequence_completed() {
+    let e = engine("name = \"s\"\nactions = [\"a\", \"b\"]\ndecision = \"deny\"\n");
+    let mut state = e.state();
+    e.decide(&mut state, &act("a"), 0);
+    e.decide(&mut state, &act("x"), 1);
+    let d = e.decide(&mut state, &act("b"), 2);
+    assert_eq!(
+        d.reason,
+        "a1 completed the sequence a → b (its first step was 2 allowed actions ago)"
+    );
+    let e = engine("name = \"one\"\nactions = [\"rm\"]\ndecision = \"halt\"\n");
+    let d = e.decide(&mut e.state(), &act("rm"), 0);
+    assert_eq!(
+        (d.verdict, d.reason.as_str()),
+        (Halt, "a1 rm matches sequence rule one")
+    );
+}

@@ -192,7 +192,7 @@ fn write_summary(out: &mut impl Write, file: &Path, loaded: &Loaded) -> Result<(
         }
     )?;
     let exec = match &filesystem.exec {
-        None => "anywhere readable".to_owned(),
+        None => "not restricted by path".to_owned(),
         Some(list) => join_paths(list),
     };
     writeln!(
