@@ -102,24 +102,50 @@ fn setup() -> (Engine, AgentState, Action) {
     (engine, state, probe)
 }
 
+/// The same Cedar rules without the sequence rules, and a state primed
+/// the same way: the difference to [`setup`] is what the automata cost.
+fn setup_cedar_only() -> (Engine, AgentState) {
+    let text = &POLICY[..POLICY.find("[[sequence]]").unwrap_or(POLICY.len())];
+    let loaded = cordon_policy::load::parse("bench.toml", text, Path::new("/bench"))
+        .expect("the cedar part loads");
+    let engine = Engine::new(&loaded.policy).expect("the cedar part compiles");
+    let mut state = engine.state();
+    for i in 0..1_000 {
+        engine.decide(&mut state, &history_action(i), i * 100);
+    }
+    (engine, state)
+}
+
 /// Per-decision latencies on this thread: p50, p99, decisions per second.
 fn percentiles() {
     let (engine, state, probe) = setup();
+    let (cedar_only, cedar_state) = setup_cedar_only();
     const N: usize = 200_000;
-    for _ in 0..10_000 {
-        black_box(engine.evaluate(&state, &probe, 200_000));
-    }
-    let mut samples = Vec::with_capacity(N);
-    let start = Instant::now();
-    for _ in 0..N {
-        let t = Instant::now();
-        black_box(engine.evaluate(black_box(&state), black_box(&probe), 200_000));
-        samples.push(t.elapsed().as_nanos());
-    }
-    let total = start.elapsed();
-    samples.sort_unstable();
+    let measure = |engine: &Engine, state: &AgentState| {
+        for _ in 0..10_000 {
+            black_box(engine.evaluate(state, &probe, 200_000));
+        }
+        let mut samples = Vec::with_capacity(N);
+        let start = Instant::now();
+        for _ in 0..N {
+            let t = Instant::now();
+            black_box(engine.evaluate(black_box(state), black_box(&probe), 200_000));
+            samples.push(t.elapsed().as_nanos());
+        }
+        let total = start.elapsed();
+        samples.sort_unstable();
+        (samples, total)
+    };
+    let (cedar_samples, _) = measure(&cedar_only, &cedar_state);
+    let (samples, total) = measure(&engine, &state);
     // Quantile in parts per ten thousand, in microseconds.
-    let at = |q: usize| samples[N * q / 10_000] as f64 / 1000.0;
+    let at = |s: &[u128], q: usize| s[N * q / 10_000] as f64 / 1000.0;
+    println!(
+        "cedar rules only (10 rules, no sequences): p50 {:.2} µs   p99 {:.2} µs",
+        at(&cedar_samples, 5_000),
+        at(&cedar_samples, 9_900)
+    );
+    let at = |q: usize| at(&samples, q);
     println!(
         "decide (10 cedar rules, 5 sequences, 1,000-action history), {N} decisions on one thread:\n  p50 {:.2} µs   p90 {:.2} µs   p99 {:.2} µs   p99.9 {:.2} µs   max {:.1} µs\n  {:.0} decisions/s (including timer overhead)",
         at(5_000),
