@@ -91,8 +91,8 @@ impl ExitStatus {
     /// The shell convention: the code, or 128 + the signal.
     pub fn shell_code(&self) -> u8 {
         match (self.code, self.signal) {
-            (Some(c), _) => (c & 0xff) as u8,
-            (None, Some(s)) => (128 + (s & 0x7f)) as u8,
+            (Some(c), _) => c.to_le_bytes()[0],
+            (None, Some(s)) => 128 | (s & 0x7f).to_le_bytes()[0],
             (None, None) => 125,
         }
     }
@@ -150,7 +150,8 @@ impl Report {
             Verdict::Allowed => self.exit.shell_code(),
             Verdict::Killed => 137,
             Verdict::Failed => match self.exit.code {
-                Some(c @ (126 | 127)) if self.exit.signal.is_none() => c as u8,
+                Some(126) if self.exit.signal.is_none() => 126,
+                Some(127) if self.exit.signal.is_none() => 127,
                 _ => 125,
             },
         }

@@ -59,7 +59,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         report.reasons.push(format!(
             "ledger: could not record the run's start, so it was not started: {e}"
         ));
-        report.duration_ms = started.elapsed().as_millis() as u64;
+        report.duration_ms = millis(started.elapsed());
         return report;
     }
 
@@ -147,7 +147,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
 /// Records the report's final entry and stores its position in the report. A run whose end
 /// cannot be recorded cannot be shown to anyone, so it is not `ALLOWED`.
 fn finish(report: &mut Report, evidence: &mut dyn Evidence, kind: &str, started: Instant) {
-    report.duration_ms = started.elapsed().as_millis() as u64;
+    report.duration_ms = millis(started.elapsed());
     let data = json!({
         "run_id": report.run_id,
         "verdict": report.verdict,
@@ -169,6 +169,10 @@ fn finish(report: &mut Report, evidence: &mut dyn Evidence, kind: &str, started:
             }
         }
     }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -227,6 +227,21 @@ impl RunSpec {
             exec_paths = Some(resolved_exec);
         }
 
+        // Top-level compatibility links (`/bin` -> `usr/bin` on a merged-/usr system) are shown
+        // as on the host whenever their target is granted: scripts say `#!/bin/sh`.
+        if let Ok(entries) = std::fs::read_dir("/") {
+            for e in entries.flatten() {
+                let path = e.path();
+                let is_link = e.file_type().map(|t| t.is_symlink()).unwrap_or(false);
+                if is_link
+                    && let Ok(target) = path.canonicalize()
+                    && grants.keys().any(|g| target.starts_with(g))
+                {
+                    symlinks.entry(path).or_insert(target);
+                }
+            }
+        }
+
         // Whatever else is granted, the dynamic loader must be reachable under the name
         // binaries carry (`/lib64/ld-linux-x86-64.so.2`), or nothing dynamically linked runs.
         for (name, loader) in dynamic_loaders() {
@@ -549,7 +564,7 @@ mod duration_ms {
 
     pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
-            Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+            Some(d) => s.serialize_some(&u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             None => s.serialize_none(),
         }
     }
@@ -769,5 +784,37 @@ mod tests {
         let mut s = spec(dir.path());
         s.command.push("a\0b".into());
         assert!(matches!(s.validate("r"), Err(SpecError::NulByte { .. })));
+    }
+}
+
+#[cfg(test)]
+mod compat_links {
+    use super::*;
+
+    #[test]
+    fn top_level_links_follow_their_granted_targets() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = RunSpec {
+            command: vec!["/bin/true".into()],
+            read: vec!["/usr".into(), "/etc".into()],
+            exec: Some(vec!["/usr/bin".into()]),
+            base_dir: dir.path().to_path_buf(),
+            caller: (0, 0),
+            protected: vec!["/tmp/x/ledger".into()],
+            ..RunSpec::default()
+        };
+        let plan = spec.validate("r").unwrap();
+        let host_bin = std::fs::symlink_metadata("/bin").unwrap();
+        if host_bin.file_type().is_symlink() {
+            let target = Path::new("/bin").canonicalize().unwrap();
+            assert!(
+                plan.mounts
+                    .iter()
+                    .any(|m| m.path == Path::new("/bin")
+                        && m.kind == MountKind::Symlink(target.clone())),
+                "{:?}",
+                plan.mounts
+            );
+        }
     }
 }

@@ -491,6 +491,35 @@ impl RunCgroup {
     }
 }
 
+/// Removes run cgroups left behind by a cordon that died before its teardown: directories under
+/// `<base>/cordon/` (in v2 and in the v1 hierarchies) that hold no process and are older than
+/// `min_age` (so a run being set up right now is never touched). Returns how many were removed.
+pub fn remove_stale(layout: &Layout, min_age: Duration) -> usize {
+    let mut bases = vec![layout.v2_base.clone()];
+    bases.extend(layout.memory_v1.iter().cloned());
+    bases.extend(layout.pids_v1.iter().cloned());
+    let mut removed = 0;
+    for base in bases {
+        let Ok(entries) = fs::read_dir(base.join("cordon")) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let dir = e.path();
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= min_age);
+            let empty = read(dir.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty());
+            if dir.is_dir() && old && empty && fs::remove_dir(&dir).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
 /// Creates `<base>/cordon` (if needed) and `<base>/cordon/<name>`; records the new leaf.
 fn make_dirs(base: &Path, name: &str, created: &mut Vec<PathBuf>) -> Result<PathBuf, CgroupError> {
     let parent = base.join("cordon");

@@ -45,9 +45,11 @@ pub fn main(args: &[String]) -> ! {
         eprintln!("cordon-init: started without its descriptors; it is started by `cordon run`");
         sys::exit_now(125);
     };
-    // SAFETY: the launcher passed these descriptor numbers, opened for this process and owned by
-    // nobody else in it; each is wrapped exactly once.
-    let (config, status) = unsafe { (File::from_raw_fd(config_fd), File::from_raw_fd(status_fd)) };
+    // SAFETY: the launcher passed this descriptor number, opened for this process and owned by
+    // nothing else in it; it is wrapped exactly once.
+    let config = unsafe { File::from_raw_fd(config_fd) };
+    // SAFETY: as above, for the status pipe.
+    let status = unsafe { File::from_raw_fd(status_fd) };
     let mut status = Status(status);
     let code = match run(config, &mut status) {
         Ok(code) => code,
@@ -166,6 +168,9 @@ fn wait_for(sync: &mut File, expected: u8) -> bool {
     }
 }
 
+/// `IFF_UP` as the `short` that `ifreq` carries.
+const IFF_UP: libc::c_short = 0x1;
+
 /// Brings up loopback in the run's empty network namespace (what "no network" still offers).
 fn loopback_up() -> std::io::Result<()> {
     let sock = rustix::net::socket(
@@ -178,16 +183,16 @@ fn loopback_up() -> std::io::Result<()> {
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
         *dst = *src as libc::c_char;
     }
-    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the `ifreq` passed, which lives across
-    // both calls; the socket is a valid descriptor.
-    unsafe {
-        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+    // SAFETY: SIOCGIFFLAGS fills the `ifreq` passed, which outlives the call; the socket is a
+    // valid descriptor.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: after SIOCGIFFLAGS the kernel initialized the union's flags member.
+    unsafe { req.ifr_ifru.ifru_flags |= IFF_UP };
+    // SAFETY: SIOCSIFFLAGS reads the `ifreq` passed, which outlives the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -216,18 +221,6 @@ const FORWARDED: [libc::c_int; 8] = [
     libc::SIGCONT,
 ];
 
-fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialize and modify the local set only.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &s in signals {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
-}
-
 /// Forks the command, reports how its exec went, then reaps until it ends.
 fn start_and_reap(plan: &Plan, status: &mut Status) -> Result<i32, Failure> {
     let argv =
@@ -239,8 +232,8 @@ fn start_and_reap(plan: &Plan, status: &mut Status) -> Result<i32, Failure> {
 
     let mut all = FORWARDED.to_vec();
     all.push(libc::SIGCHLD);
-    let blocked = sigset(&all);
-    let empty = sigset(&[]);
+    let blocked = sys::sigset(&all);
+    let empty = sys::sigset(&[]);
     // SAFETY: sigprocmask with valid set pointers; init is single-threaded.
     unsafe { libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut()) };
 

@@ -142,5 +142,5 @@ pub fn kernel_abi() -> i32 {
             1u32,
         )
     };
-    if v < 0 { 0 } else { v as i32 }
+    i32::try_from(v).unwrap_or(0).max(0)
 }

@@ -128,7 +128,9 @@ impl Backend for LinuxBackend {
             ));
         }
         let cgroup = match self.layout() {
-            Some(layout) => Some(
+            Some(layout) => Some({
+                // Runs whose cordon was killed before teardown leave empty cgroups behind.
+                crate::cgroup::remove_stale(&layout, Duration::from_secs(60));
                 RunCgroup::create(
                     &layout,
                     &plan.run_id,
@@ -137,8 +139,8 @@ impl Backend for LinuxBackend {
                         pids: plan.limits.pids,
                     },
                 )
-                .map_err(|e| BackendError::new("cgroup", e))?,
-            ),
+                .map_err(|e| BackendError::new("cgroup", e))?
+            }),
             None => None,
         };
         let mut started = Starting { cgroup, init: None };
@@ -619,15 +621,7 @@ fn verify(
 }
 
 fn forwarded_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialize and modify the local set only.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
+    sys::sigset(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT])
 }
 
 fn block_forwarded_signals() {
@@ -804,10 +798,10 @@ impl LinuxRun {
             }
         }
         // Init has exited (or everything was just killed): collect what it said and reap it.
-        if self.killed.is_some() {
-            if let Some(cg) = &self.cgroup {
-                let _ = cg.wait_empty(Duration::from_secs(2));
-            }
+        if self.killed.is_some()
+            && let Some(cg) = &self.cgroup
+        {
+            let _ = cg.wait_empty(Duration::from_secs(2));
         }
         self.reap_init();
         self.drain_status();

@@ -49,7 +49,7 @@ const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWNS
 
 /// The terminal ioctls refused: pushing input into a terminal (`TIOCSTI`) and the Linux console
 /// multiplexer (`TIOCLINUX`, which can also inject text).
-const DENIED_IOCTLS: [u64; 2] = [libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
+const DENIED_IOCTLS: [u64; 2] = [libc::TIOCSTI, libc::TIOCLINUX];
 
 /// Socket families a contained command may create. Others get `EAFNOSUPPORT` (soft filter).
 const ALLOWED_FAMILIES: [i32; 4] = [

@@ -82,10 +82,9 @@ pub unsafe fn clone3(flags: u64, cgroup_fd: Option<BorrowedFd<'_>>) -> io::Resul
     } else {
         // SAFETY: with CLONE_PIDFD the kernel stored a new, owned file descriptor in `pidfd`.
         let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-        Ok(Cloned::Parent {
-            pid: ret as libc::pid_t,
-            pidfd,
-        })
+        let pid = libc::pid_t::try_from(ret)
+            .map_err(|_| io::Error::other("clone3 returned an out-of-range pid"))?;
+        Ok(Cloned::Parent { pid, pidfd })
     }
 }
 
@@ -235,4 +234,18 @@ pub fn read_i32(fd: BorrowedFd<'_>) -> io::Result<Option<i32>> {
 /// The kernel's description of an errno value, for messages.
 pub fn errno_name(errno: i32) -> String {
     io::Error::from_raw_os_error(errno).to_string()
+}
+
+/// A signal set holding exactly `signals`.
+pub fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; zeroes are a valid (if unspecified) value that
+    // sigemptyset then initializes.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, exclusively borrowed sigset_t.
+    unsafe { libc::sigemptyset(&mut set) };
+    for &s in signals {
+        // SAFETY: as above; an invalid signal number only makes sigaddset fail.
+        unsafe { libc::sigaddset(&mut set, s) };
+    }
+    set
 }

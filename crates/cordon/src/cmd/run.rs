@@ -19,23 +19,10 @@ use cordon_sandbox::LinuxBackend;
 /// Exit status when cordon refuses or fails a run before the command starts.
 pub const EXIT_REFUSED: u8 = 125;
 
-/// The locked-down default: the system's programs and libraries, read-only, nothing else; no
-/// network; no writable path but the sandbox's own /tmp. Used when no `--policy` is given;
-/// flags add to it.
-pub const DEFAULT_READ: &[&str] = &[
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/etc/ld.so.cache",
-    "/etc/localtime",
-    "/etc/alternatives",
-    "/etc/ssl",
-    "/etc/nsswitch.conf",
-];
+/// The locked-down default (`policies/locked-down.toml`, built in): the system's programs and
+/// configuration read-only, execution from `/usr/bin` only, no network, nothing writable but the
+/// sandbox's own /tmp, small limits. Used when no `--policy` is given; flags add to it.
+const LOCKED_DOWN: &str = include_str!("../../../../policies/locked-down.toml");
 
 #[derive(Debug, Args)]
 #[command(
@@ -46,8 +33,9 @@ root holding only the paths granted, no capabilities, no_new_privs, Landlock and
 seccomp allowlist. The boundary is checked from the host before COMMAND starts; when COMMAND ends \
 (or is killed), every process it started is killed and the kernel's confirmation is recorded. \
 Every run is appended to the evidence ledger.\n\n\
-Without --policy a locked-down default applies: the system's programs and libraries read-only, \
-no network, a private /tmp, nothing else. Flags add to the policy or the default.",
+Without --policy a locked-down default applies (policies/locked-down.toml, built in): /usr and \
+/etc read-only, execution from /usr/bin only, no network, a private /tmp, 256M of memory, 32 \
+processes, 5 minutes. Flags add to the policy or the default.",
     after_help = "\
 Examples:
   cordon run -- /bin/echo hello
@@ -192,34 +180,29 @@ fn build_spec(args: &RunArgs, cwd: &Path) -> anyhow::Result<RunSpec> {
         ),
         ..RunSpec::default()
     };
-    let mut env: BTreeMap<String, String> = BTreeMap::new();
     let mut exec: Vec<PathBuf> = Vec::new();
     let mut any_exec = false;
 
-    match &args.policy {
-        Some(path) => {
-            let policy = load_policy(path)?;
-            spec.read = policy.filesystem.read;
-            spec.write = policy.filesystem.write;
-            if let Some(e) = policy.filesystem.exec {
-                any_exec = true;
-                exec = e;
-            }
-            spec.net = net_spec(policy.network.mode, &policy.network.allow);
-            spec.limits.memory = policy.limits.memory;
-            spec.limits.pids = policy.limits.pids.map(u64::from);
-            spec.limits.timeout = policy.limits.timeout;
-            env = policy.process.env;
-            spec.cwd = policy.process.cwd;
-        }
+    let policy = match &args.policy {
+        Some(path) => load_policy(path)?,
         None => {
-            spec.read = DEFAULT_READ
-                .iter()
-                .map(PathBuf::from)
-                .filter(|p| p.exists())
-                .collect();
+            cordon_policy::load::parse("(built-in locked-down policy)", LOCKED_DOWN, Path::new("/"))
+                .map_err(|e| anyhow::anyhow!("the built-in default policy is invalid: {e}"))?
+                .policy
         }
+    };
+    spec.read = policy.filesystem.read;
+    spec.write = policy.filesystem.write;
+    if let Some(e) = policy.filesystem.exec {
+        any_exec = true;
+        exec = e;
     }
+    spec.net = net_spec(policy.network.mode, &policy.network.allow);
+    spec.limits.memory = policy.limits.memory;
+    spec.limits.pids = policy.limits.pids.map(u64::from);
+    spec.limits.timeout = policy.limits.timeout;
+    let mut env: BTreeMap<String, String> = policy.process.env;
+    spec.cwd = policy.process.cwd;
 
     spec.read.extend(args.read.iter().cloned());
     spec.write.extend(args.write.iter().cloned());

@@ -153,8 +153,14 @@ fn exec_of_a_binary_written_during_the_run() {
     let ws = area.workspace("ws");
     let ws_s = ws.display().to_string();
     let script = format!("cp /bin/echo {ws_s}/mine && {ws_s}/mine escaped");
-    // Negative control: the same run without --exec executes it.
-    let free = area.run(&["--write", &ws_s], &["/bin/sh", "-c", &script]);
+    // Negative control: the same run under a policy that does not restrict execution (the
+    // built-in default does: /usr/bin only) executes it.
+    let open = area.path("open.toml");
+    fs::write(&open, "[filesystem]\nread = [\"/usr\", \"/etc\"]\n").unwrap();
+    let free = area.run(
+        &["--policy", open.to_str().unwrap(), "--write", &ws_s],
+        &["/bin/sh", "-c", &script],
+    );
     assert_eq!(free.ok().trim(), "escaped");
     // With --exec, the kernel (Landlock) refuses: EACCES, which sh reports as 126.
     let script = format!(
