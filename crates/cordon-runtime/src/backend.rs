@@ -105,6 +105,11 @@ pub trait Running {
     /// What each mechanism reported, as observed so far.
     fn enforcement(&self) -> Vec<ProviderReport>;
 
+    /// How long each stage of setting up the boundary took: `(stage, microseconds)`.
+    fn timings(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+
     /// Kills whatever is left, verifies that nothing remains, and removes the boundary's
     /// resources. Infallible by signature: a failure is part of the returned evidence.
     fn teardown(self) -> Teardown;

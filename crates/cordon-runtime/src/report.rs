@@ -141,6 +141,9 @@ pub struct Report {
     pub teardown: Teardown,
     /// Wall-clock duration of the run in milliseconds.
     pub duration_ms: u64,
+    /// Where the time of setting up the boundary went: `(stage, microseconds)`, in order.
+    #[serde(default)]
+    pub timings_us: Vec<(String, u64)>,
 }
 
 impl Report {

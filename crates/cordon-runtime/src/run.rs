@@ -24,6 +24,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         backend: backend.name().to_owned(),
         teardown: Teardown::default(),
         duration_ms: 0,
+        timings_us: Vec::new(),
     };
 
     let probe = backend.probe(plan);
@@ -93,6 +94,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         }
     };
     report.enforcement = run.enforcement();
+    report.timings_us = run.timings();
     report.teardown = run.teardown();
 
     match outcome {

@@ -504,6 +504,9 @@ pub fn remove_stale(layout: &Layout, min_age: Duration) -> usize {
             continue;
         };
         for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
             let dir = e.path();
             let old = e
                 .metadata()
@@ -512,7 +515,7 @@ pub fn remove_stale(layout: &Layout, min_age: Duration) -> usize {
                 .and_then(|t| t.elapsed().ok())
                 .is_some_and(|age| age >= min_age);
             let empty = read(dir.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty());
-            if dir.is_dir() && old && empty && fs::remove_dir(&dir).is_ok() {
+            if old && empty && fs::remove_dir(&dir).is_ok() {
                 removed += 1;
             }
         }

@@ -123,7 +123,9 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
         });
     }
 
+    let mut clock = Stopwatch::start();
     let mounts = mounts::build(plan).stage("mounts")?;
+    clock.lap("mounts");
     rustix::system::sethostname(plan.hostname.as_bytes()).stage("hostname")?;
     if plan.net == NetPlan::None {
         loopback_up().stage("loopback")?;
@@ -131,9 +133,12 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
     set_rlimits().stage("rlimits")?;
     caps::drop_all().stage("capabilities")?;
     rustix::thread::set_no_new_privs(true).stage("no_new_privs")?;
+    clock.lap("hostname, loopback, rlimits, capabilities, no_new_privs");
     let landlock = landlock::apply(&plan.landlock).stage("landlock")?;
+    clock.lap("landlock");
     let programs = seccomp::build().stage("seccomp")?;
     seccomp::install(&programs).stage("seccomp")?;
+    clock.lap("seccomp");
     // From here on only the allowlist's calls are possible, in this process and its children.
 
     status.send(&Message::Ready {
@@ -147,12 +152,35 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
         seccomp_programs: programs.len(),
         mounts,
         groups_dropped: !config.unprivileged,
+        timings: clock.laps,
     });
     if !wait_for(&mut sync, GO_EXEC) {
         return Ok(0);
     }
     drop(sync);
     start_and_reap(plan, status)
+}
+
+/// Stage durations, measured with the monotonic clock.
+struct Stopwatch {
+    last: std::time::Instant,
+    laps: Vec<(String, u64)>,
+}
+
+impl Stopwatch {
+    fn start() -> Self {
+        Stopwatch {
+            last: std::time::Instant::now(),
+            laps: Vec::new(),
+        }
+    }
+
+    fn lap(&mut self, stage: &str) {
+        let now = std::time::Instant::now();
+        let us = u64::try_from((now - self.last).as_micros()).unwrap_or(u64::MAX);
+        self.laps.push((stage.to_owned(), us));
+        self.last = now;
+    }
 }
 
 /// Reads one byte and checks it; end of file (the launcher is gone or said stop) is `false`.

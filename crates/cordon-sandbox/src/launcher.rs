@@ -127,6 +127,7 @@ impl Backend for LinuxBackend {
                 "--net allow: is not available in this build (use none or host)",
             ));
         }
+        let t0 = Instant::now();
         let cgroup = match self.layout() {
             Some(layout) => Some({
                 // Runs whose cordon was killed before teardown leave empty cgroups behind.
@@ -143,7 +144,11 @@ impl Backend for LinuxBackend {
             }),
             None => None,
         };
-        let mut started = Starting { cgroup, init: None };
+        let mut started = Starting {
+            cgroup,
+            init: None,
+            timings: vec![("cgroup".to_owned(), micros(t0.elapsed()))],
+        };
         match started.launch(self, plan) {
             Ok(run) => Ok(run),
             Err(e) => {
@@ -158,6 +163,11 @@ impl Backend for LinuxBackend {
 struct Starting {
     cgroup: Option<RunCgroup>,
     init: Option<(i32, OwnedFd)>,
+    timings: Vec<(String, u64)>,
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl Starting {
@@ -202,9 +212,9 @@ impl Starting {
         )
         .map_err(|e| err("config")(e.into()))?;
         {
+            let json = serde_json::to_vec(&config).map_err(|e| BackendError::new("config", e))?;
             let mut f = File::from(config_fd.try_clone().map_err(err("config"))?);
-            serde_json::to_writer(&mut f, &config).map_err(|e| BackendError::new("config", e))?;
-            f.flush().map_err(err("config"))?;
+            f.write_all(&json).map_err(err("config"))?;
         }
         rustix::fs::seek(&config_fd, rustix::fs::SeekFrom::Start(0))
             .map_err(|e| err("config")(e.into()))?;
@@ -243,6 +253,9 @@ impl Starting {
         // Signals that must reach the command are held until `wait` forwards them; init inherits
         // the mask and sets its own.
         block_forwarded_signals();
+        self.timings
+            .push(("prepare".to_owned(), micros(launched_at.elapsed())));
+        let t_clone = Instant::now();
 
         // SAFETY: the child calls only fcntl, execveat, write and _exit (async-signal-safe, no
         // allocation) on data prepared above, which the copied address space still holds.
@@ -279,12 +292,23 @@ impl Starting {
         drop((sync_r, status_w, config_fd, exe));
 
         write_id_maps(pid, plan, backend.privileged).map_err(err("uid_map"))?;
+        let mut sync = File::from(sync_w);
+        self.timings
+            .push(("clone3, id maps".to_owned(), micros(t_clone.elapsed())));
+        let t_init = Instant::now();
+        sync.write_all(&[GO_BUILD]).map_err(err("sync"))?;
+        // Joining the v1 hierarchies that carry the limits costs the kernel an RCU grace period;
+        // it overlaps with init building the boundary. Nothing of the command runs before both
+        // are done and verified (the limits only need to hold from the command's exec on).
         if let Some(cg) = &self.cgroup {
+            let t = Instant::now();
             cg.attach_v1(pid)
                 .map_err(|e| BackendError::new("cgroup", e))?;
+            self.timings.push((
+                "v1 cgroup attach (overlaps init)".to_owned(),
+                micros(t.elapsed()),
+            ));
         }
-        let mut sync = File::from(sync_w);
-        sync.write_all(&[GO_BUILD]).map_err(err("sync"))?;
 
         let mut status = BufReader::new(File::from(status_r));
         let ready = match read_message(&mut status).map_err(err("status"))? {
@@ -294,13 +318,22 @@ impl Starting {
                 seccomp_programs,
                 mounts,
                 groups_dropped,
-            }) => (
-                landlock,
-                landlock_abi,
-                seccomp_programs,
-                mounts,
-                groups_dropped,
-            ),
+                timings,
+            }) => {
+                self.timings.push((
+                    "init exec and boundary".to_owned(),
+                    micros(t_init.elapsed()),
+                ));
+                self.timings
+                    .extend(timings.into_iter().map(|(k, v)| (format!("  {k}"), v)));
+                (
+                    landlock,
+                    landlock_abi,
+                    seccomp_programs,
+                    mounts,
+                    groups_dropped,
+                )
+            }
             Some(Message::Error { stage, message }) => {
                 return Err(BackendError::new(stage, message));
             }
@@ -330,6 +363,9 @@ impl Starting {
             return Err(BackendError::new("verify", refused.join("; ")));
         }
         let ns_pid = ns_inode(pid, "pid");
+        self.timings
+            .push(("host-side verify".to_owned(), micros(t_init.elapsed())));
+        let t_exec = Instant::now();
 
         sync.write_all(&[GO_EXEC]).map_err(err("sync"))?;
         drop(sync);
@@ -355,6 +391,10 @@ impl Starting {
             }
         };
 
+        self.timings.push((
+            "fork and exec of the command".to_owned(),
+            micros(t_exec.elapsed()),
+        ));
         let (init_pid, init_fd) = self
             .init
             .take()
@@ -370,6 +410,7 @@ impl Starting {
             launched_at,
             killed: None,
             exit: None,
+            timings: std::mem::take(&mut self.timings),
         })
     }
 }
@@ -649,6 +690,7 @@ pub struct LinuxRun {
     launched_at: Instant,
     killed: Option<KillReason>,
     exit: Option<ExitStatus>,
+    timings: Vec<(String, u64)>,
 }
 
 impl LinuxRun {
@@ -707,6 +749,10 @@ impl Running for LinuxRun {
 
     fn enforcement(&self) -> Vec<ProviderReport> {
         self.enforcement.clone()
+    }
+
+    fn timings(&self) -> Vec<(String, u64)> {
+        self.timings.clone()
     }
 
     fn teardown(mut self) -> Teardown {

@@ -47,6 +47,8 @@ pub enum Message {
         mounts: usize,
         /// Whether supplementary groups were dropped.
         groups_dropped: bool,
+        /// How long each stage took inside, in microseconds, in order.
+        timings: Vec<(String, u64)>,
     },
     /// The command was executed (its pid inside the sandbox).
     Started {

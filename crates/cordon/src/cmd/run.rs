@@ -147,6 +147,9 @@ fn summarize(report: &Report, verbose: bool) {
         for p in &report.enforcement {
             eprintln!("cordon: {:<14} {:<20} {}", p.provider, p.state, p.detail);
         }
+        for (stage, us) in &report.timings_us {
+            eprintln!("cordon: time: {stage:<56} {:>8.3} ms", *us as f64 / 1e3);
+        }
         for s in &report.teardown.steps {
             eprintln!("cordon: teardown: {s}");
         }
