@@ -1,0 +1,301 @@
+//! The BPF filesystem where a run's links and control map are pinned, so that its egress block
+//! outlives the cordon process: `<root>/cordon/<run_id>/egress/`, `<root>` being `/sys/fs/bpf`.
+//!
+//! Pins stay until removed. [`cleanup_stale`] removes the directories of runs whose links the
+//! kernel reports attached to no cgroup any more (the run's cgroup was removed, or the links
+//! were detached) — the kernel, not a list kept by cordon, decides what is stale.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::sys;
+
+/// Where bpffs is mounted on Linux by convention.
+pub const DEFAULT_ROOT: &str = "/sys/fs/bpf";
+
+/// `statfs.f_type` of bpffs.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Errors of bpffs operations, each naming the path.
+#[derive(Debug, thiserror::Error)]
+pub enum BpffsError {
+    /// `statfs` of the bpffs mount point failed.
+    #[error("statfs {path}: {source}")]
+    Statfs {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// Mounting bpffs failed.
+    #[error("mounting bpffs at {path}: {source}")]
+    Mount {
+        /// The mount point.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A directory for pins could not be created.
+    #[error("creating pin directory {path}: {source}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The pin directory of this run already exists.
+    #[error(
+        "pin directory {0} already exists: a run with this id is pinned (run cleanup_stale, or pick another id)"
+    )]
+    Exists(PathBuf),
+    /// Listing or removing pins failed.
+    #[error("removing pins under {path}: {source}")]
+    Remove {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A run id that cannot name a directory.
+    #[error(
+        "run id {0:?} cannot name a pin directory (empty, '.', '..', '/' or NUL, or over 200 bytes)"
+    )]
+    BadRunId(String),
+}
+
+/// How bpffs was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mounted {
+    /// It was already mounted.
+    Already,
+    /// This process mounted it (the mount stays, like any `mount -t bpf`).
+    Now,
+}
+
+/// Makes sure bpffs is mounted at `root`, mounting it (mode 0700) if not. Needs root for the
+/// mount.
+pub fn ensure_mounted(root: &Path) -> Result<Mounted, BpffsError> {
+    if is_bpffs(root)? {
+        return Ok(Mounted::Already);
+    }
+    let c = cstring(root);
+    // SAFETY: all pointers are NUL-terminated strings alive for the call; flags 0.
+    let ret = unsafe {
+        libc::mount(
+            c"bpf".as_ptr(),
+            c.as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            c"mode=0700".as_ptr().cast(),
+        )
+    };
+    if ret != 0 {
+        return Err(BpffsError::Mount {
+            path: root.to_path_buf(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    if !is_bpffs(root)? {
+        return Err(BpffsError::Mount {
+            path: root.to_path_buf(),
+            source: io::Error::other("mount succeeded but the directory is not bpffs"),
+        });
+    }
+    Ok(Mounted::Now)
+}
+
+fn is_bpffs(path: &Path) -> Result<bool, BpffsError> {
+    let c = cstring(path);
+    // SAFETY: `statfs` is plain old data, valid when zeroed.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and `st` a writable statfs, both alive for the call.
+    let ret = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    if ret != 0 {
+        return Err(BpffsError::Statfs {
+            path: path.to_path_buf(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(st.f_type as i64 == BPF_FS_MAGIC)
+}
+
+fn cstring(path: &Path) -> CString {
+    // Paths built by this crate never contain NUL (run ids are checked).
+    CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
+}
+
+/// Checks that a run id can name one directory.
+pub fn check_run_id(run_id: &str) -> Result<(), BpffsError> {
+    if run_id.is_empty()
+        || run_id == "."
+        || run_id == ".."
+        || run_id.len() > 200
+        || run_id.contains('/')
+        || run_id.contains('\0')
+    {
+        return Err(BpffsError::BadRunId(run_id.to_owned()));
+    }
+    Ok(())
+}
+
+/// `<root>/cordon/<run_id>`.
+pub fn run_dir(root: &Path, run_id: &str) -> PathBuf {
+    root.join("cordon").join(run_id)
+}
+
+/// Creates `<root>/cordon/<run_id>/<part>`, refusing if it exists.
+pub(crate) fn create_part_dir(
+    root: &Path,
+    run_id: &str,
+    part: &str,
+) -> Result<PathBuf, BpffsError> {
+    check_run_id(run_id)?;
+    let run = run_dir(root, run_id);
+    for dir in [root.join("cordon"), run.clone()] {
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(BpffsError::CreateDir { path: dir, source }),
+        }
+    }
+    let dir = run.join(part);
+    match fs::create_dir(&dir) {
+        Ok(()) => Ok(dir),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(BpffsError::Exists(dir)),
+        Err(source) => Err(BpffsError::CreateDir { path: dir, source }),
+    }
+}
+
+/// Removes a part directory and its pins, then the run directory if that left it empty.
+pub(crate) fn remove_part_dir(dir: &Path) -> Result<(), BpffsError> {
+    remove_tree(dir)?;
+    if let Some(run) = dir.parent() {
+        // Another part (the observer's) may still be there: ENOTEMPTY is fine.
+        let _ = fs::remove_dir(run);
+    }
+    Ok(())
+}
+
+fn remove_tree(dir: &Path) -> Result<(), BpffsError> {
+    let err = |source| BpffsError::Remove {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(err(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(err)?;
+        let path = entry.path();
+        if entry.file_type().map_err(err)?.is_dir() {
+            remove_tree(&path)?;
+        } else {
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => return Err(BpffsError::Remove { path, source }),
+            }
+        }
+    }
+    match fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(err(e)),
+    }
+}
+
+/// What [`cleanup_stale`] found for one run directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleRun {
+    /// The run id (directory name).
+    pub run_id: String,
+    /// Whether it was removed (stale), or kept because a link is still attached.
+    pub removed: bool,
+    /// Why.
+    pub reason: String,
+}
+
+/// Removes `<root>/cordon/<run_id>` directories left by runs that are over: those none of
+/// whose pinned links is attached to a cgroup any more (the kernel reports cgroup id 0 once a
+/// link's cgroup is removed or the link detached), including directories with no links at all
+/// (a start that died before attaching). A run whose links still hold a cgroup is kept, with
+/// its block in force. Returns one entry per run directory looked at.
+pub fn cleanup_stale(root: &Path) -> Result<Vec<StaleRun>, BpffsError> {
+    let base = root.join("cordon");
+    let err = |source| BpffsError::Remove {
+        path: base.clone(),
+        source,
+    };
+    let entries = match fs::read_dir(&base) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(err(e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(err)?;
+        if !entry.file_type().map_err(err)?.is_dir() {
+            continue;
+        }
+        let run_id = entry.file_name().to_string_lossy().into_owned();
+        let dir = entry.path();
+        let attached = attached_links(&dir);
+        if attached.is_empty() {
+            remove_tree(&dir)?;
+            out.push(StaleRun {
+                run_id,
+                removed: true,
+                reason: "no pinned link is attached to a cgroup".into(),
+            });
+        } else {
+            out.push(StaleRun {
+                run_id,
+                removed: false,
+                reason: format!("links still attached: {}", attached.join(", ")),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The pins under `dir` (recursively) that are links attached to a live cgroup.
+fn attached_links(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            out.extend(attached_links(&path));
+            continue;
+        }
+        let Ok(fd) = sys::obj_get(&path) else {
+            continue;
+        };
+        use std::os::fd::AsFd;
+        // Maps are pinned beside links; their info does not parse as a link's, and a map's
+        // "cgroup id" word is never taken as evidence: only links with a nonzero cgroup id
+        // whose link id is nonzero count.
+        if let Ok(info) = sys::cgroup_link_info(fd.as_fd())
+            && info.link_id != 0
+            && info.cgroup_id != 0
+            && is_link_pin(&path)
+        {
+            out.push(path.display().to_string());
+        }
+    }
+    out
+}
+
+/// Link pins are named after their program (`connect4`, `skb_egress`, ...); maps are not.
+fn is_link_pin(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| crate::egress::HOOKS.iter().any(|h| h.program == n))
+}

@@ -1,0 +1,442 @@
+//! Active probes: a short-lived child process born inside a cgroup (`clone3` with
+//! `CLONE_INTO_CGROUP`, so it is never outside it) that tries connections, or execs a program,
+//! and reports what the kernel answered. Verification uses them, since only a process in the
+//! cgroup is subject to its programs.
+//!
+//! The child runs only async-signal-safe system calls on data prepared before the clone (the
+//! parent may have other threads), and reports through a pipe.
+
+use std::ffi::CString;
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Errors of running a probe, each naming what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// Opening the cgroup directory failed.
+    #[error("opening cgroup {path}: {source}")]
+    OpenCgroup {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// Creating the report pipe failed.
+    #[error("creating the probe's pipe: {0}")]
+    Pipe(io::Error),
+    /// `clone3` into the cgroup failed.
+    #[error("starting a probe process in cgroup {path}: {source}")]
+    Clone {
+        /// The cgroup.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The probe did not finish in time and was killed.
+    #[error("the probe process in {path} did not finish within {limit:?}")]
+    Timeout {
+        /// The cgroup.
+        path: PathBuf,
+        /// The limit.
+        limit: Duration,
+    },
+    /// The probe's report was short or missing.
+    #[error("the probe process in {path} reported {got} of {want} results")]
+    Report {
+        /// The cgroup.
+        path: PathBuf,
+        /// Results read.
+        got: usize,
+        /// Results expected.
+        want: usize,
+    },
+    /// Too many probes in one process.
+    #[error("{0} probes asked for; at most {MAX_PROBES} run in one process")]
+    TooMany(usize),
+    /// A path or argument contains NUL.
+    #[error("argument {0:?} contains a NUL byte")]
+    Nul(String),
+}
+
+/// Most probes one child runs.
+pub const MAX_PROBES: usize = 16;
+
+/// What a probe tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// A TCP `connect()` (blocking, at most 1 s).
+    TcpConnect,
+    /// A UDP `connect()`.
+    UdpConnect,
+    /// An unconnected UDP `sendto()` of one byte.
+    UdpSendto,
+}
+
+/// One probe: what to try, where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// What.
+    pub kind: ProbeKind,
+    /// Where.
+    pub dest: SocketAddr,
+}
+
+/// What the kernel answered to one probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeResult {
+    /// The call succeeded.
+    Ok,
+    /// The call failed with this errno.
+    Failed(i32),
+    /// No socket could be made (errno).
+    NoSocket(i32),
+}
+
+/// The probes' results and the pid of the process that ran them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeRun {
+    /// The probe process's pid (as the host sees it).
+    pub pid: u32,
+    /// One result per probe, in order.
+    pub results: Vec<ProbeResult>,
+}
+
+/// Runs `probes` in a new process born in the cgroup `cgroup_dir`; waits at most `limit`.
+pub fn connect_probes(
+    cgroup_dir: &Path,
+    probes: &[Probe],
+    limit: Duration,
+) -> Result<ProbeRun, ProbeError> {
+    if probes.len() > MAX_PROBES {
+        return Err(ProbeError::TooMany(probes.len()));
+    }
+    let prepared: Vec<(
+        libc::c_int,
+        libc::c_int,
+        libc::sockaddr_storage,
+        libc::socklen_t,
+    )> = probes
+        .iter()
+        .map(|p| {
+            let (storage, len) = sockaddr(p.dest);
+            let family = if p.dest.is_ipv4() {
+                libc::AF_INET
+            } else {
+                libc::AF_INET6
+            };
+            let ty = match p.kind {
+                ProbeKind::TcpConnect => libc::SOCK_STREAM,
+                ProbeKind::UdpConnect | ProbeKind::UdpSendto => libc::SOCK_DGRAM,
+            };
+            (family, ty, storage, len)
+        })
+        .collect();
+    let kinds: Vec<ProbeKind> = probes.iter().map(|p| p.kind).collect();
+    let n = probes.len();
+    let (pid, bytes) = run_child(cgroup_dir, limit, n * 4, |w| {
+        let mut results = [0i32; MAX_PROBES];
+        for (i, (family, ty, storage, len)) in prepared.iter().enumerate() {
+            results[i] = child_probe(*family, *ty, storage, *len, kinds[i]);
+        }
+        child_write(w, results.as_ptr().cast(), n * 4);
+    })?;
+    if bytes.len() < n * 4 {
+        return Err(ProbeError::Report {
+            path: cgroup_dir.to_path_buf(),
+            got: bytes.len() / 4,
+            want: n,
+        });
+    }
+    let results = bytes
+        .chunks_exact(4)
+        .map(|c| {
+            let v = i32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+            match v {
+                0 => ProbeResult::Ok,
+                v if v > 0 => ProbeResult::Failed(v),
+                v => ProbeResult::NoSocket(-v),
+            }
+        })
+        .collect();
+    Ok(ProbeRun { pid, results })
+}
+
+/// Runs `path` with `args` (argv\[0\] included) in a new process born in the cgroup; returns
+/// its pid and exit code (or 128 + signal) after at most `limit`.
+pub fn exec_probe(
+    cgroup_dir: &Path,
+    path: &Path,
+    args: &[&str],
+    limit: Duration,
+) -> Result<(u32, i32), ProbeError> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| ProbeError::Nul(path.display().to_string()))?;
+    let c_args: Vec<CString> = args
+        .iter()
+        .map(|a| CString::new(*a).map_err(|_| ProbeError::Nul((*a).to_owned())))
+        .collect::<Result<_, _>>()?;
+    let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    let mut status = 0;
+    let (pid, _) = run_child_status(cgroup_dir, limit, 0, &mut status, |_| {
+        // SAFETY: `c_path`, `argv` and `envp` are NUL-terminated and NULL-terminated arrays
+        // prepared before the clone and present in this copy of the address space.
+        unsafe { libc::execve(c_path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+        // SAFETY: _exit is async-signal-safe and ends this child only.
+        unsafe { libc::_exit(127) };
+    })?;
+    Ok((pid, status))
+}
+
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data, valid when zeroed.
+    let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+/// In the child: one probe, by raw system calls. Returns 0, the call's errno, or minus the
+/// socket's errno.
+fn child_probe(
+    family: libc::c_int,
+    ty: libc::c_int,
+    addr: &libc::sockaddr_storage,
+    len: libc::socklen_t,
+    kind: ProbeKind,
+) -> i32 {
+    // SAFETY: socket/setsockopt/connect/sendto/close are async-signal-safe system calls; every
+    // pointer passed points to data alive in this stack frame or prepared before the clone.
+    unsafe {
+        let s = libc::socket(family, ty | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return -errno();
+        }
+        let tv = libc::timeval {
+            tv_sec: 1,
+            tv_usec: 0,
+        };
+        libc::setsockopt(
+            s,
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            size_of::<libc::timeval>() as libc::socklen_t,
+        );
+        let sa = (addr as *const libc::sockaddr_storage).cast::<libc::sockaddr>();
+        let ret = match kind {
+            ProbeKind::TcpConnect | ProbeKind::UdpConnect => libc::connect(s, sa, len),
+            ProbeKind::UdpSendto => {
+                let byte = [0u8; 1];
+                libc::sendto(s, byte.as_ptr().cast(), 1, 0, sa, len) as libc::c_int
+            }
+        };
+        let result = if ret < 0 { errno() } else { 0 };
+        libc::close(s);
+        result
+    }
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn child_write(fd: RawFd, buf: *const u8, len: usize) {
+    let mut done = 0;
+    while done < len {
+        // SAFETY: `buf` points to `len` readable bytes in this process; write is
+        // async-signal-safe.
+        let n = unsafe { libc::write(fd, buf.add(done).cast(), len - done) };
+        if n <= 0 {
+            break;
+        }
+        done += n as usize;
+    }
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_PIDFD: u64 = 0x1000;
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+fn run_child(
+    cgroup_dir: &Path,
+    limit: Duration,
+    report_len: usize,
+    child: impl FnOnce(RawFd),
+) -> Result<(u32, Vec<u8>), ProbeError> {
+    let mut status = 0;
+    run_child_status(cgroup_dir, limit, report_len, &mut status, child)
+}
+
+/// Clones a child into the cgroup that runs `child(pipe_write_fd)` and exits 0; collects what
+/// it wrote (up to `report_len` bytes) and its wait status in `status` (exit code, or 128 +
+/// signal).
+fn run_child_status(
+    cgroup_dir: &Path,
+    limit: Duration,
+    report_len: usize,
+    status: &mut i32,
+    child: impl FnOnce(RawFd),
+) -> Result<(u32, Vec<u8>), ProbeError> {
+    let cgroup = std::fs::File::open(cgroup_dir).map_err(|source| ProbeError::OpenCgroup {
+        path: cgroup_dir.to_path_buf(),
+        source,
+    })?;
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(ProbeError::Pipe(io::Error::last_os_error()));
+    }
+    // SAFETY: pipe2 succeeded, so both are new descriptors owned by nobody else.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let mut pidfd: libc::c_int = -1;
+    let mut args = CloneArgs {
+        flags: CLONE_PIDFD | CLONE_INTO_CGROUP,
+        pidfd: (&mut pidfd as *mut libc::c_int) as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 without CLONE_VM behaves like fork: the child gets a copy of the address
+    // space and returns 0 here; it then runs `child`, which makes only async-signal-safe calls
+    // on data prepared before this point, and exits with _exit without returning.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            size_of::<CloneArgs>(),
+        )
+    };
+    if ret == 0 {
+        child(write_end.as_raw_fd());
+        // SAFETY: _exit is async-signal-safe and ends this child only.
+        unsafe { libc::_exit(0) };
+    }
+    if ret < 0 {
+        return Err(ProbeError::Clone {
+            path: cgroup_dir.to_path_buf(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    let pid = ret as libc::pid_t;
+    // SAFETY: CLONE_PIDFD stored a new descriptor owned by this process in `pidfd`.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    drop(write_end);
+
+    let start = Instant::now();
+    let mut timed_out = false;
+    loop {
+        let left = limit.saturating_sub(start.elapsed());
+        let mut pfd = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `pfd` is one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n > 0 {
+            break;
+        }
+        if n == 0 || left.is_zero() {
+            timed_out = true;
+            // SAFETY: pidfd_send_signal on our own child's pidfd with SIGKILL; no pointers.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            };
+            break;
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    let mut wstatus = 0;
+    // SAFETY: waitpid on our own child with a valid status pointer.
+    unsafe { libc::waitpid(pid, &mut wstatus, 0) };
+    *status = if libc::WIFEXITED(wstatus) {
+        libc::WEXITSTATUS(wstatus)
+    } else {
+        128 + libc::WTERMSIG(wstatus)
+    };
+    if timed_out {
+        return Err(ProbeError::Timeout {
+            path: cgroup_dir.to_path_buf(),
+            limit,
+        });
+    }
+    let mut out = vec![0u8; report_len];
+    let mut got = 0;
+    while got < report_len {
+        // SAFETY: reading into `out[got..]`, which has `report_len - got` writable bytes.
+        let n = unsafe {
+            libc::read(
+                read_end.as_raw_fd(),
+                out[got..].as_mut_ptr().cast(),
+                report_len - got,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    out.truncate(got);
+    Ok((pid as u32, out))
+}
