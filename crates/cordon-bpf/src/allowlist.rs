@@ -266,7 +266,7 @@ mod tests {
             Tries::build(&many),
             Err(AllowlistError::TooManyPorts { count: 17, .. })
         ));
-        let prefixes: Vec<Allow> = (0..=MAX_PREFIXES as u32)
+        let prefixes: Vec<Allow> = (0..=u32::try_from(MAX_PREFIXES).unwrap())
             .map(|i| Allow::new(IpAddr::V4(Ipv4Addr::from(i << 8)), 24, None))
             .collect();
         assert!(matches!(

@@ -8,6 +8,7 @@
 use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -146,27 +147,81 @@ pub fn run_dir(root: &Path, run_id: &str) -> PathBuf {
     root.join("cordon").join(run_id)
 }
 
-/// Creates `<root>/cordon/<run_id>/<part>`, refusing if it exists.
+/// A shared `flock` on a run's pin directory, held for as long as a handle ([`crate::Egress`],
+/// [`crate::Observer`]) of the run lives in this process: [`cleanup_stale`] leaves locked
+/// directories alone, so a run being set up (pins made, links not yet attached) is never
+/// taken for a stale one. The kernel drops the lock when the process dies.
+#[derive(Debug)]
+pub struct RunLock(#[allow(dead_code)] OwnedFd);
+
+fn lock_dir(dir: &Path, exclusive_nb: bool) -> io::Result<Option<OwnedFd>> {
+    let fd = OwnedFd::from(fs::File::open(dir)?);
+    let op = if exclusive_nb {
+        libc::LOCK_EX | libc::LOCK_NB
+    } else {
+        libc::LOCK_SH
+    };
+    // SAFETY: flock on a descriptor this function owns; no pointers.
+    if unsafe { libc::flock(fd.as_raw_fd(), op) } != 0 {
+        let e = io::Error::last_os_error();
+        if exclusive_nb && e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    Ok(Some(fd))
+}
+
+/// Whether `fd` (an open directory) is still what `path` names.
+fn same_dir(fd: &OwnedFd, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(by_path) = fs::metadata(path) else {
+        return false;
+    };
+    let file = fs::File::from(fd.try_clone().expect("dup of a directory descriptor"));
+    file.metadata()
+        .is_ok_and(|m| m.ino() == by_path.ino() && m.dev() == by_path.dev())
+}
+
+/// Creates `<root>/cordon/<run_id>/<part>` under a shared lock of the run directory, refusing
+/// if the part exists.
 pub(crate) fn create_part_dir(
     root: &Path,
     run_id: &str,
     part: &str,
-) -> Result<PathBuf, BpffsError> {
+) -> Result<(PathBuf, RunLock), BpffsError> {
     check_run_id(run_id)?;
     let run = run_dir(root, run_id);
-    for dir in [root.join("cordon"), run.clone()] {
-        match fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(source) => return Err(BpffsError::CreateDir { path: dir, source }),
+    // A concurrent cleanup may remove the run directory between our mkdir and our lock: then
+    // the lock holds a deleted directory, and we start again.
+    for _ in 0..10 {
+        for dir in [root.join("cordon"), run.clone()] {
+            match fs::create_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(source) => return Err(BpffsError::CreateDir { path: dir, source }),
+            }
         }
+        let lock = match lock_dir(&run, false) {
+            Ok(Some(fd)) => fd,
+            Ok(None) => unreachable!("a blocking shared lock is granted or fails"),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(BpffsError::CreateDir { path: run, source }),
+        };
+        if !same_dir(&lock, &run) {
+            continue;
+        }
+        let dir = run.join(part);
+        return match fs::create_dir(&dir) {
+            Ok(()) => Ok((dir, RunLock(lock))),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(BpffsError::Exists(dir)),
+            Err(source) => Err(BpffsError::CreateDir { path: dir, source }),
+        };
     }
-    let dir = run.join(part);
-    match fs::create_dir(&dir) {
-        Ok(()) => Ok(dir),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(BpffsError::Exists(dir)),
-        Err(source) => Err(BpffsError::CreateDir { path: dir, source }),
-    }
+    Err(BpffsError::CreateDir {
+        path: run,
+        source: io::Error::other("removed by a concurrent cleanup ten times in a row"),
+    })
 }
 
 /// Removes a part directory and its pins, then the run directory if that left it empty.
@@ -224,7 +279,8 @@ pub struct StaleRun {
 /// whose pinned links is attached to a cgroup any more (the kernel reports cgroup id 0 once a
 /// link's cgroup is removed or the link detached), including directories with no links at all
 /// (a start that died before attaching). A run whose links still hold a cgroup is kept, with
-/// its block in force. Returns one entry per run directory looked at.
+/// its block in force, and so is a run whose handle lives in some process (see [`RunLock`]).
+/// Returns one entry per run directory looked at.
 pub fn cleanup_stale(root: &Path) -> Result<Vec<StaleRun>, BpffsError> {
     let base = root.join("cordon");
     let err = |source| BpffsError::Remove {
@@ -244,6 +300,20 @@ pub fn cleanup_stale(root: &Path) -> Result<Vec<StaleRun>, BpffsError> {
         }
         let run_id = entry.file_name().to_string_lossy().into_owned();
         let dir = entry.path();
+        // A run with a live handle in some process holds a shared lock: not stale.
+        let _lock = match lock_dir(&dir, true) {
+            Ok(Some(fd)) => fd,
+            Ok(None) => {
+                out.push(StaleRun {
+                    run_id,
+                    removed: false,
+                    reason: "in use by a live cordon process".into(),
+                });
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(BpffsError::Remove { path: dir, source }),
+        };
         let attached = attached_links(&dir);
         if attached.is_empty() {
             remove_tree(&dir)?;

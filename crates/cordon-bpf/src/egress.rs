@@ -209,6 +209,10 @@ pub struct Egress {
     allow6: LpmTrie<MapData, [u8; 16], [u8; ALLOW_VAL_LEN]>,
     /// Keeps the programs loaded for as long as the handle lives.
     _bpf: Ebpf,
+    /// Marks the run as live for `cleanup_stale` in other processes.
+    _lock: bpffs::RunLock,
+    /// Whether this handle set block-all (verification then requires it still set).
+    block_requested: bool,
 }
 
 impl std::fmt::Debug for Egress {
@@ -266,7 +270,7 @@ impl Egress {
             .ino();
         let cgroup_fd = sys::open_cgroup(cgroup_dir)?;
         let mounted = bpffs::ensure_mounted(root)?;
-        let dir = bpffs::create_part_dir(root, run_id, "egress")?;
+        let (dir, lock) = bpffs::create_part_dir(root, run_id, "egress")?;
         match Self::build(&dir, cgroup_dir, cgroup_fd, &tries, observer) {
             Ok((bpf, attached, maps)) => Ok(Egress {
                 run_id: run_id.to_owned(),
@@ -281,6 +285,8 @@ impl Egress {
                 allow4: maps.2,
                 allow6: maps.3,
                 _bpf: bpf,
+                _lock: lock,
+                block_requested: false,
             }),
             Err(e) => {
                 // Fail closed: the pins are the only references that outlive this function
@@ -473,6 +479,7 @@ impl Egress {
     /// programs drop every packet, so established connections stop at their next packet. One
     /// map write; it stays in force through the pins if cordon dies.
     pub fn block_all(&mut self) -> Result<(), EgressError> {
+        self.block_requested = true;
         self.control
             .set(wire::CONTROL_BLOCKED, 1, 0)
             .map_err(access_err("writing", "control"))
@@ -511,8 +518,8 @@ impl Egress {
 
     /// Asks the kernel which programs are in force on the cgroup at each attach point
     /// (`BPF_PROG_QUERY`, effective) and requires this run's program ids among them; checks
-    /// that every pinned link still reports this cgroup and program, and that the tries hold
-    /// exactly the allowlist.
+    /// that every pinned link still reports this cgroup and program, that the tries hold
+    /// exactly the allowlist, and that block-all, once set by this handle, is still set.
     pub fn verify_attached(&self) -> Verification {
         let mut problems = Vec::new();
         let mut seen = Vec::new();
@@ -562,6 +569,13 @@ impl Egress {
             )),
             Err(e) => problems.push(format!("allowlist unreadable: {e}")),
         }
+        match self.blocked() {
+            Ok(false) if self.block_requested => {
+                problems.push("control: block-all was set and has been cleared".into())
+            }
+            Ok(blocked) => seen.push(format!("block-all {}", if blocked { "on" } else { "off" })),
+            Err(e) => problems.push(format!("control unreadable: {e}")),
+        }
         Verification::from_problems(
             problems,
             format!(
@@ -578,11 +592,11 @@ impl Egress {
         let mut t = Tries::default();
         for item in self.allow4.iter() {
             let (k, v) = item.map_err(access_err("reading", "allow4"))?;
-            t.v4.insert((k.data(), k.prefix_len() as u8), AllowVal::decode(&v));
+            t.v4.insert((k.data(), prefix_u8(k.prefix_len())), AllowVal::decode(&v));
         }
         for item in self.allow6.iter() {
             let (k, v) = item.map_err(access_err("reading", "allow6"))?;
-            t.v6.insert((k.data(), k.prefix_len() as u8), AllowVal::decode(&v));
+            t.v6.insert((k.data(), prefix_u8(k.prefix_len())), AllowVal::decode(&v));
         }
         Ok(t)
     }
@@ -680,6 +694,12 @@ impl Egress {
         bpffs::remove_part_dir(&dir)?;
         Ok(())
     }
+}
+
+/// A prefix length read back from a trie (≤ 128); an impossible one reads as 255, which no
+/// written entry has, so a comparison with the written tries fails.
+fn prefix_u8(len: u32) -> u8 {
+    u8::try_from(len).unwrap_or(u8::MAX)
 }
 
 /// Sets block-all for a pinned run from any process (cordon's own handle may be gone): opens

@@ -106,6 +106,8 @@ pub struct Observer {
     prog_id: u32,
     link: Option<FdLink>,
     _bpf: Ebpf,
+    /// Marks the run as live for `cleanup_stale` in other processes.
+    _lock: bpffs::RunLock,
 }
 
 impl std::fmt::Debug for Observer {
@@ -140,8 +142,8 @@ impl Observer {
             })?
             .ino();
         let mounted = bpffs::ensure_mounted(root)?;
-        let dir = bpffs::create_part_dir(root, run_id, "observer")?;
-        match Self::build(&dir, cgroup_dir, cgroup_id, mounted) {
+        let (dir, lock) = bpffs::create_part_dir(root, run_id, "observer")?;
+        match Self::build(&dir, cgroup_dir, cgroup_id, mounted, lock) {
             Ok(o) => Ok(o),
             Err(e) => {
                 let _ = bpffs::remove_part_dir(&dir);
@@ -155,6 +157,7 @@ impl Observer {
         cgroup_dir: &Path,
         cgroup_id: u64,
         mounted: Mounted,
+        lock: bpffs::RunLock,
     ) -> Result<Observer, ObserverError> {
         let btf = Btf::from_sys_fs().map_err(|e| ObserverError::Btf(Box::new(e)))?;
         let mut bpf = EbpfLoader::new()
@@ -221,6 +224,7 @@ impl Observer {
             prog_id,
             link: Some(link),
             _bpf: bpf,
+            _lock: lock,
         })
     }
 
@@ -285,7 +289,7 @@ impl Observer {
                 events: libc::POLLIN,
                 revents: 0,
             };
-            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
             // SAFETY: `pfd` is one valid pollfd on the ring buffer's descriptor.
             let n = unsafe { libc::poll(&mut pfd, 1, ms) };
             if n < 0 {

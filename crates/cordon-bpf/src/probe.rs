@@ -200,7 +200,7 @@ fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     let len = match addr {
         SocketAddr::V4(a) => {
             let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_family: AF_INET,
                 sin_port: a.port().to_be(),
                 sin_addr: libc::in_addr {
                     s_addr: u32::from_ne_bytes(a.ip().octets()),
@@ -213,7 +213,7 @@ fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
         }
         SocketAddr::V6(a) => {
             let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_family: AF_INET6,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo(),
                 sin6_addr: libc::in6_addr {
@@ -226,7 +226,15 @@ fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
             size_of::<libc::sockaddr_in6>()
         }
     };
-    (storage, len as libc::socklen_t)
+    (storage, socklen(len))
+}
+
+const AF_INET: libc::sa_family_t = 2;
+const AF_INET6: libc::sa_family_t = 10;
+
+/// A structure size as `socklen_t` (all sizes here are a few dozen bytes).
+fn socklen(len: usize) -> libc::socklen_t {
+    libc::socklen_t::try_from(len).unwrap_or(libc::socklen_t::MAX)
 }
 
 /// In the child: one probe, by raw system calls. Returns 0, the call's errno, or minus the
@@ -238,36 +246,41 @@ fn child_probe(
     len: libc::socklen_t,
     kind: ProbeKind,
 ) -> i32 {
-    // SAFETY: socket/setsockopt/connect/sendto/close are async-signal-safe system calls; every
-    // pointer passed points to data alive in this stack frame or prepared before the clone.
+    // SAFETY: socket(2) takes no pointers; async-signal-safe.
+    let s = unsafe { libc::socket(family, ty | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return -errno();
+    }
+    let tv = libc::timeval {
+        tv_sec: 1,
+        tv_usec: 0,
+    };
+    // SAFETY: `tv` is a timeval alive for the call, and its size is given.
     unsafe {
-        let s = libc::socket(family, ty | libc::SOCK_CLOEXEC, 0);
-        if s < 0 {
-            return -errno();
-        }
-        let tv = libc::timeval {
-            tv_sec: 1,
-            tv_usec: 0,
-        };
         libc::setsockopt(
             s,
             libc::SOL_SOCKET,
             libc::SO_SNDTIMEO,
             (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as libc::socklen_t,
-        );
-        let sa = (addr as *const libc::sockaddr_storage).cast::<libc::sockaddr>();
-        let ret = match kind {
-            ProbeKind::TcpConnect | ProbeKind::UdpConnect => libc::connect(s, sa, len),
-            ProbeKind::UdpSendto => {
-                let byte = [0u8; 1];
-                libc::sendto(s, byte.as_ptr().cast(), 1, 0, sa, len) as libc::c_int
-            }
-        };
-        let result = if ret < 0 { errno() } else { 0 };
-        libc::close(s);
-        result
-    }
+            socklen(size_of::<libc::timeval>()),
+        )
+    };
+    let sa = (addr as *const libc::sockaddr_storage).cast::<libc::sockaddr>();
+    let failed = match kind {
+        ProbeKind::TcpConnect | ProbeKind::UdpConnect => {
+            // SAFETY: `sa` points to a sockaddr of `len` bytes prepared before the clone.
+            unsafe { libc::connect(s, sa, len) < 0 }
+        }
+        ProbeKind::UdpSendto => {
+            let byte = [0u8; 1];
+            // SAFETY: `byte` is one readable byte; `sa` as above.
+            unsafe { libc::sendto(s, byte.as_ptr().cast(), 1, 0, sa, len) < 0 }
+        }
+    };
+    let result = if failed { errno() } else { 0 };
+    // SAFETY: closing the socket made above.
+    unsafe { libc::close(s) };
+    result
 }
 
 fn errno() -> i32 {
@@ -279,9 +292,10 @@ fn errno() -> i32 {
 fn child_write(fd: RawFd, buf: *const u8, len: usize) {
     let mut done = 0;
     while done < len {
-        // SAFETY: `buf` points to `len` readable bytes in this process; write is
-        // async-signal-safe.
-        let n = unsafe { libc::write(fd, buf.add(done).cast(), len - done) };
+        let rest = buf.wrapping_add(done);
+        // SAFETY: `rest` points into the `len` readable bytes at `buf`, `len - done` of which
+        // remain; write is async-signal-safe.
+        let n = unsafe { libc::write(fd, rest.cast(), len - done) };
         if n <= 0 {
             break;
         }
@@ -338,8 +352,9 @@ fn run_child_status(
         return Err(ProbeError::Pipe(io::Error::last_os_error()));
     }
     // SAFETY: pipe2 succeeded, so both are new descriptors owned by nobody else.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let read_end = unsafe { OwnedFd::from_raw_fd(fds[0]) };
+    // SAFETY: as above, for the write end.
+    let write_end = unsafe { OwnedFd::from_raw_fd(fds[1]) };
     let mut pidfd: libc::c_int = -1;
     let mut args = CloneArgs {
         flags: CLONE_PIDFD | CLONE_INTO_CGROUP,
@@ -369,7 +384,12 @@ fn run_child_status(
             source: io::Error::last_os_error(),
         });
     }
-    let pid = ret as libc::pid_t;
+    let Ok(pid) = libc::pid_t::try_from(ret) else {
+        return Err(ProbeError::Clone {
+            path: cgroup_dir.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::InvalidData),
+        });
+    };
     // SAFETY: CLONE_PIDFD stored a new descriptor owned by this process in `pidfd`.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     drop(write_end);
@@ -383,7 +403,7 @@ fn run_child_status(
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
         // SAFETY: `pfd` is one valid pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, ms) };
         if n > 0 {

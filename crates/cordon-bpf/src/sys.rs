@@ -10,7 +10,7 @@
 
 use std::io;
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// Errors of raw `bpf(2)` commands, each naming the command and its argument.
@@ -50,6 +50,8 @@ const BPF_PROG_QUERY: libc::c_long = 16;
 const BPF_LINK_UPDATE: libc::c_long = 29;
 const BPF_LINK_DETACH: libc::c_long = 34;
 const BPF_F_QUERY_EFFECTIVE: u32 = 1;
+/// The size of the info buffers passed to `BPF_OBJ_GET_INFO_BY_FD` (`[u64; 32]`).
+const INFO_LEN: u32 = 256;
 
 /// The cgroup attach points cordon uses, with the kernel's `enum bpf_attach_type` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -180,7 +182,7 @@ pub fn effective_programs(cgroup: &Path, attach: AttachPoint) -> Result<Vec<u32>
             attach_type: attach.kernel_value(),
             query_flags: BPF_F_QUERY_EFFECTIVE,
             prog_ids: ids.as_mut_ptr() as u64,
-            prog_cnt: ids.len() as u32,
+            prog_cnt: u32::try_from(ids.len()).unwrap_or(u32::MAX),
             ..QueryAttr::default()
         };
         // SAFETY: `attr` is BPF_PROG_QUERY's struct; `prog_ids` points to `ids`, which holds
@@ -219,7 +221,7 @@ pub fn cgroup_link_info(link: BorrowedFd<'_>) -> Result<CgroupLinkInfo, SysError
     let mut buf = [0u64; 32];
     let mut attr = InfoAttr {
         bpf_fd: link.as_raw_fd() as u32,
-        info_len: size_of::<[u64; 32]>() as u32,
+        info_len: INFO_LEN,
         info: buf.as_mut_ptr() as u64,
     };
     // SAFETY: `attr` is BPF_OBJ_GET_INFO_BY_FD's struct; `info` points to `buf`, which holds
@@ -277,20 +279,7 @@ pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
     // SAFETY: `attr` is BPF_OBJ_GET's struct; `pathname` points to the NUL-terminated `c`,
     // alive for the call.
     let fd = unsafe { bpf(7, &mut attr) }?;
+    let fd = i32::try_from(fd).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
     // SAFETY: a non-negative return of BPF_OBJ_GET is a new descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// The id of the program behind a program descriptor.
-pub fn prog_id(prog: impl AsFd) -> Result<u32, SysError> {
-    let mut buf = [0u64; 32];
-    let mut attr = InfoAttr {
-        bpf_fd: prog.as_fd().as_raw_fd() as u32,
-        info_len: size_of::<[u64; 32]>() as u32,
-        info: buf.as_mut_ptr() as u64,
-    };
-    // SAFETY: as in `cgroup_link_info`: `info` points to the zeroed `buf` of `info_len` bytes.
-    unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }.map_err(SysError::LinkInfo)?;
-    // struct bpf_prog_info: type (u32), id (u32), ...
-    Ok((buf[0] >> 32) as u32)
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

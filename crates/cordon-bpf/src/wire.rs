@@ -53,7 +53,8 @@ impl AllowVal {
         } else {
             self.ports.len().min(MAX_PORTS)
         };
-        out[4..8].copy_from_slice(&(n as u32).to_ne_bytes());
+        // n ≤ MAX_PORTS (16).
+        out[4..8].copy_from_slice(&u32::try_from(n).unwrap_or(0).to_ne_bytes());
         for (i, p) in self.ports.iter().take(n).enumerate() {
             out[8 + 2 * i..10 + 2 * i].copy_from_slice(&p.to_ne_bytes());
         }
@@ -311,8 +312,8 @@ mod tests {
         b[24..28].copy_from_slice(&1000u32.to_ne_bytes());
         b[28..32].copy_from_slice(&1235u32.to_ne_bytes());
         let name = b"/bin/true";
-        b[32..36].copy_from_slice(&(name.len() as u32).to_ne_bytes());
-        b[36..40].copy_from_slice(&(args.len() as u32).to_ne_bytes());
+        b[32..36].copy_from_slice(&u32::try_from(name.len()).unwrap().to_ne_bytes());
+        b[36..40].copy_from_slice(&u32::try_from(args.len()).unwrap().to_ne_bytes());
         b[40..44].copy_from_slice(&total.to_ne_bytes());
         b[48..48 + name.len()].copy_from_slice(name);
         b[304..304 + args.len()].copy_from_slice(args);

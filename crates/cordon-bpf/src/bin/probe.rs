@@ -67,7 +67,8 @@ fn checksum(data: &[u8]) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    !(sum as u16)
+    // The loop above folded the sum into 16 bits.
+    !u16::try_from(sum).unwrap_or(u16::MAX)
 }
 
 fn raw_icmp(ip: std::net::Ipv4Addr, marker: &str) -> ExitCode {
@@ -91,7 +92,7 @@ fn raw_icmp(ip: std::net::Ipv4Addr, marker: &str) -> ExitCode {
     let sum = checksum(&packet);
     packet[2..4].copy_from_slice(&sum.to_be_bytes());
     let sin = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_family: 2, // AF_INET
         sin_port: 0,
         sin_addr: libc::in_addr {
             s_addr: u32::from_ne_bytes(ip.octets()),
@@ -106,7 +107,7 @@ fn raw_icmp(ip: std::net::Ipv4Addr, marker: &str) -> ExitCode {
             packet.len(),
             0,
             (&sin as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            16, // sizeof(struct sockaddr_in)
         )
     };
     if n < 0 {

@@ -140,7 +140,6 @@ pub fn allow(cidr: &str, port: Option<u16>) -> Allow {
 pub struct TcpServer {
     pub addr: SocketAddr,
     pub received: Arc<Mutex<Vec<u8>>>,
-    pub accepted: Arc<AtomicU32>,
 }
 
 impl TcpServer {
@@ -149,12 +148,10 @@ impl TcpServer {
             .unwrap_or_else(|e| panic!("bind {ip}: {e}"));
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
-        let accepted = Arc::new(AtomicU32::new(0));
-        let (r, a) = (received.clone(), accepted.clone());
+        let r = received.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { break };
-                a.fetch_add(1, Ordering::SeqCst);
                 let r = r.clone();
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 4096];
@@ -167,11 +164,7 @@ impl TcpServer {
                 });
             }
         });
-        TcpServer {
-            addr,
-            received,
-            accepted,
-        }
+        TcpServer { addr, received }
     }
 
     /// Waits up to `limit` for `needle` to have arrived.

@@ -1,1 +1,95 @@
-//! persist
+//! The pinned boundary outlives cordon (`kill -9`), can be blocked from another process, and
+//! is cleaned up only once its cgroup is gone.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cordon_bpf::probe::{ProbeKind, ProbeResult};
+use cordon_bpf::{block_pinned, cleanup_stale};
+
+use crate::common::*;
+
+const ROOT: &str = "/sys/fs/bpf";
+
+fn stale_entry(run_id: &str) -> Option<cordon_bpf::StaleRun> {
+    cleanup_stale(Path::new(ROOT))
+        .unwrap()
+        .into_iter()
+        .find(|s| s.run_id == run_id)
+}
+
+#[test]
+fn the_pinned_block_survives_kill_9_and_is_cleaned_after_the_cgroup() {
+    if !privileged("the_pinned_block_survives_kill_9_and_is_cleaned_after_the_cgroup") {
+        return;
+    }
+    let allowed = TcpServer::start("127.0.0.2");
+    let refused = TcpServer::start("127.0.0.3");
+    let cg = TestCgroup::new();
+    let control = TestCgroup::new();
+    let run_id = unique("persist");
+    let mut cordon = Command::new(helper())
+        .args([
+            "attach-and-wait",
+            &run_id,
+            cg.path.to_str().unwrap(),
+            "127.0.0.2/32",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn helper");
+    let mut line = String::new();
+    BufReader::new(cordon.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    // While the process lives, its run is not stale.
+    assert_eq!(stale_entry(&run_id).map(|s| s.removed), Some(false));
+    cordon.kill().unwrap(); // SIGKILL
+    cordon.wait().unwrap();
+
+    assert_eq!(
+        probe_in(&cg.path, ProbeKind::TcpConnect, refused.addr),
+        ProbeResult::Failed(libc::EPERM)
+    );
+    assert_eq!(
+        probe_in(&cg.path, ProbeKind::TcpConnect, allowed.addr),
+        ProbeResult::Ok
+    );
+    assert_eq!(
+        probe_in(&control.path, ProbeKind::TcpConnect, refused.addr),
+        ProbeResult::Ok
+    );
+    // The links still hold the cgroup: cleanup keeps them.
+    let kept = stale_entry(&run_id).expect("run directory");
+    assert!(!kept.removed, "{kept:?}");
+
+    // Block-all from another process, through the pinned control map.
+    block_pinned(Path::new(ROOT), &run_id).unwrap();
+    assert_eq!(
+        probe_in(&cg.path, ProbeKind::TcpConnect, allowed.addr),
+        ProbeResult::Failed(libc::EPERM)
+    );
+
+    // Once the cgroup is gone, the kernel detaches the links and cleanup removes the pins.
+    let cg_path = cg.path.clone();
+    drop(cg);
+    assert!(!cg_path.exists());
+    let start = Instant::now();
+    loop {
+        match stale_entry(&run_id) {
+            None => break,
+            Some(s) if s.removed => break,
+            Some(s) => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "never stale: {s:?}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    assert!(!cordon_bpf::bpffs::run_dir(Path::new(ROOT), &run_id).exists());
+}

@@ -1,1 +1,139 @@
-//! sabotage
+//! Egress verification catches a state changed behind cordon's back, as another root process
+//! could change it: a link detached, a link re-pointed to a permissive program, the allowlist
+//! widened. Each starts from a verification that passes (the negative control).
+
+use std::path::Path;
+
+use aya::maps::lpm_trie::{Key, LpmTrie};
+use aya::maps::{Array, Map, MapData};
+use aya::programs::CgroupSockAddr;
+use cordon_bpf::sys;
+use cordon_bpf::wire::{ALLOW_VAL_LEN, AllowVal};
+use cordon_bpf::{EGRESS_OBJECT, VerifyState};
+
+use crate::common::*;
+
+fn enforced_egress(cg: &TestCgroup) -> EgressGuard {
+    let mut eg = EgressGuard::attach(cg, &[allow("127.0.0.2/32", None)]);
+    let v = eg.get().verify();
+    assert_eq!(v.state, VerifyState::Enforced, "{}", v.detail);
+    eg
+}
+
+#[test]
+fn a_detached_program_fails_verification() {
+    if !privileged("a_detached_program_fails_verification") {
+        return;
+    }
+    let cg = TestCgroup::new();
+    let mut eg = enforced_egress(&cg);
+    let link = sys::obj_get(&eg.get().pin_dir().join("connect4")).unwrap();
+    use std::os::fd::AsFd;
+    sys::link_detach(link.as_fd()).unwrap();
+    let v = eg.get().verify_attached();
+    assert_eq!(v.state, VerifyState::VerificationFailed);
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.starts_with("connect4: program")),
+        "{:?}",
+        v.problems
+    );
+    assert!(
+        v.problems.iter().all(|p| p.starts_with("connect4")),
+        "{:?}",
+        v.problems
+    );
+}
+
+#[test]
+fn a_replaced_program_fails_verification() {
+    if !privileged("a_replaced_program_fails_verification") {
+        return;
+    }
+    let cg = TestCgroup::new();
+    let mut eg = enforced_egress(&cg);
+    // A copy of the same program whose allowlist admits everything.
+    let mut bpf = aya::Ebpf::load(EGRESS_OBJECT).unwrap();
+    let mut all: LpmTrie<_, [u8; 4], [u8; ALLOW_VAL_LEN]> =
+        LpmTrie::try_from(bpf.map_mut("allow4").unwrap()).unwrap();
+    let any = AllowVal {
+        any_port: true,
+        ports: vec![],
+    }
+    .encode();
+    all.insert(&Key::new(0, [0u8; 4]), any, 0).unwrap();
+    let prog: &mut CgroupSockAddr = bpf.program_mut("connect4").unwrap().try_into().unwrap();
+    prog.load().unwrap();
+    let link = sys::obj_get(&eg.get().pin_dir().join("connect4")).unwrap();
+    use std::os::fd::AsFd;
+    sys::link_update(link.as_fd(), prog.fd().unwrap().as_fd()).unwrap();
+
+    let v = eg.get().verify();
+    assert_eq!(v.state, VerifyState::VerificationFailed);
+    assert!(
+        v.problems.iter().any(|p| p.starts_with("connect4: link")),
+        "{:?}",
+        v.problems
+    );
+    // The active probe sees it too: the IPv4 TCP connect is no longer refused.
+    assert!(
+        v.problems.iter().any(|p| p.starts_with("TcpConnect 127.")),
+        "{:?}",
+        v.problems
+    );
+}
+
+#[test]
+fn a_widened_allowlist_fails_verification() {
+    if !privileged("a_widened_allowlist_fails_verification") {
+        return;
+    }
+    let cg = TestCgroup::new();
+    let mut eg = enforced_egress(&cg);
+    let pin = eg.get().pin_dir().join("allow4");
+    let data = MapData::from_pin(&pin).unwrap();
+    let mut trie: LpmTrie<_, [u8; 4], [u8; ALLOW_VAL_LEN]> =
+        LpmTrie::try_from(Map::LpmTrie(data)).unwrap();
+    let any = AllowVal {
+        any_port: true,
+        ports: vec![],
+    }
+    .encode();
+    trie.insert(&Key::new(0, [0u8; 4]), any, 0).unwrap();
+    let v = eg.get().verify();
+    assert_eq!(v.state, VerifyState::VerificationFailed);
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.starts_with("allowlist altered")),
+        "{:?}",
+        v.problems
+    );
+    assert!(
+        v.problems.iter().any(|p| p.contains("was not refused")),
+        "{:?}",
+        v.problems
+    );
+}
+
+#[test]
+fn a_cleared_block_fails_verification() {
+    if !privileged("a_cleared_block_fails_verification") {
+        return;
+    }
+    let cg = TestCgroup::new();
+    let mut eg = enforced_egress(&cg);
+    eg.get().block_all().unwrap();
+    assert!(eg.get().blocked().unwrap());
+    // Negative control: blocked, and verification agrees.
+    let v = eg.get().verify_attached();
+    assert_eq!(v.state, VerifyState::Enforced, "{}", v.detail);
+    let data = MapData::from_pin(Path::new(&eg.get().pin_dir().join("control"))).unwrap();
+    let mut control: Array<_, u32> = Array::try_from(Map::Array(data)).unwrap();
+    control.set(0, 0, 0).unwrap();
+    assert!(
+        !eg.get().blocked().unwrap(),
+        "blocked() must read the kernel's map"
+    );
+}
