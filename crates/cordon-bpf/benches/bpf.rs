@@ -1,1 +1,291 @@
-fn main() {}
+//! What the eBPF pieces cost, as ratios measured in one run (root only):
+//!
+//! - `connect`: a TCP `connect()` to a loopback listener (and `close`) from this process while
+//!   it sits in a cgroup without programs vs one with the egress programs attached;
+//! - `exec`: fork + exec + wait of `/bin/true` with no observer, with an observer attached
+//!   that watches another cgroup (the cost every process on the host pays), and with an
+//!   observer watching this process's cgroup (events produced and drained).
+//!
+//! Criterion measures each case; then an interleaved A/B loop (blocks of the two cases
+//! alternating, medians of the blocks) prints the ratios, so that drift of a shared machine
+//! falls on both sides. Run: `cargo bench -p cordon-bpf --bench bpf`.
+
+use std::fs;
+use std::hint::black_box;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cordon_bpf::{Allow, Egress, Observer};
+use criterion::Criterion;
+
+fn privileged() -> bool {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        if std::env::var("CORDON_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+            panic!("cordon-bpf benchmarks need root and CORDON_REQUIRE_PRIVILEGED=1");
+        }
+        eprintln!("SKIPPED cordon-bpf benchmarks: not root");
+    }
+    root
+}
+
+/// This process's v2 cgroup directory.
+fn own_v2() -> PathBuf {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = info
+        .lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let mp = pre.split(' ').nth(4)?;
+            post.starts_with("cgroup2 ").then(|| PathBuf::from(mp))
+        })
+        .expect("cgroup v2 mount");
+    let rel = fs::read_to_string("/proc/self/cgroup")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+        .expect("v2 membership");
+    let rel = rel.trim_start_matches('/');
+    if rel.is_empty() {
+        mount
+    } else {
+        mount.join(rel)
+    }
+}
+
+/// Moves this whole process into `cgroup`.
+fn enter(cgroup: &Path) {
+    fs::write(cgroup.join("cgroup.procs"), "0")
+        .unwrap_or_else(|e| panic!("joining {}: {e}", cgroup.display()));
+}
+
+/// The bench's cgroups, the egress and observers; undone on drop (back to the home cgroup).
+struct Setup {
+    home: PathBuf,
+    plain: PathBuf,
+    guarded: PathBuf,
+    elsewhere: PathBuf,
+    egress: Option<Egress>,
+    listener: SocketAddr,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let home = own_v2();
+        let name = |s: &str| home.join(format!("cordon-bpf-bench-{}-{s}", std::process::id()));
+        let (plain, guarded, elsewhere) = (name("plain"), name("egress"), name("elsewhere"));
+        for d in [&plain, &guarded, &elsewhere] {
+            fs::create_dir(d).unwrap_or_else(|e| panic!("creating {}: {e}", d.display()));
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                drop(conn);
+            }
+        });
+        let egress = Egress::attach(
+            &format!("bench-{}", std::process::id()),
+            &guarded,
+            &[Allow::new(addr.ip(), 32, Some(addr.port()))],
+            None,
+        )
+        .expect("attach egress");
+        Setup {
+            home,
+            plain,
+            guarded,
+            elsewhere,
+            egress: Some(egress),
+            listener: addr,
+        }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        enter(&self.home);
+        if let Some(e) = self.egress.take() {
+            let _ = e.release();
+        }
+        for d in [&self.plain, &self.guarded, &self.elsewhere] {
+            let _ = fs::remove_dir(d);
+        }
+    }
+}
+
+fn connect_once(addr: SocketAddr) {
+    black_box(TcpStream::connect(addr).expect("connect"));
+}
+
+fn exec_once() {
+    let status = Command::new("/bin/true").status().expect("spawn /bin/true");
+    assert!(status.success());
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Alternates `rounds` blocks of `per_block` runs of `a` (in its state) and `b`; returns the
+/// medians of the per-op block means, in µs.
+fn interleaved(
+    rounds: usize,
+    per_block: usize,
+    mut a: impl FnMut() -> Duration,
+    mut b: impl FnMut() -> Duration,
+) -> (f64, f64) {
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t: Duration = (0..per_block).map(|_| a()).sum();
+        xs.push(t.as_secs_f64() * 1e6 / per_block as f64);
+        let t: Duration = (0..per_block).map(|_| b()).sum();
+        ys.push(t.as_secs_f64() * 1e6 / per_block as f64);
+    }
+    (median(xs), median(ys))
+}
+
+fn timed(f: impl FnOnce()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+fn connect_bench(c: &mut Criterion, s: &Setup, quick: bool) {
+    let addr = s.listener;
+    let mut g = c.benchmark_group("connect");
+    g.bench_function("without_egress", |b| {
+        enter(&s.plain);
+        b.iter(|| connect_once(addr));
+    });
+    g.bench_function("with_egress", |b| {
+        enter(&s.guarded);
+        b.iter(|| connect_once(addr));
+    });
+    g.finish();
+    if quick {
+        return;
+    }
+    let (without, with) = interleaved(
+        20,
+        200,
+        || {
+            enter(&s.plain);
+            timed(|| connect_once(addr))
+        },
+        || {
+            enter(&s.guarded);
+            timed(|| connect_once(addr))
+        },
+    );
+    enter(&s.home);
+    println!(
+        "ratio connect(): with egress {with:.1} µs / without {without:.1} µs = {:.3}",
+        with / without
+    );
+}
+
+fn exec_bench(c: &mut Criterion, s: &Setup, quick: bool) {
+    let mut g = c.benchmark_group("exec");
+    enter(&s.plain);
+    g.bench_function("without_observer", |b| b.iter(exec_once));
+    let unwatched = Observer::attach(&format!("bench-o1-{}", std::process::id()), &s.elsewhere)
+        .expect("attach observer");
+    g.bench_function("observer_elsewhere", |b| b.iter(exec_once));
+    drop(unwatched);
+    let mut watched = Observer::attach(&format!("bench-o2-{}", std::process::id()), &s.plain)
+        .expect("attach observer");
+    g.bench_function("observer_watching", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for i in 0..iters {
+                total += timed(exec_once);
+                if i % 64 == 63 {
+                    black_box(watched.drain().expect("drain"));
+                }
+            }
+            black_box(watched.drain().expect("drain"));
+            total
+        })
+    });
+    g.finish();
+    let lost = watched.lost().expect("lost counter");
+    drop(watched);
+    if !quick {
+        // Each ratio from its own interleaved loop: the observer is attached and detached
+        // between blocks, so both sides share the machine's state.
+        let run = std::cell::Cell::new(0u32);
+        let observer: std::cell::RefCell<Option<Observer>> = std::cell::RefCell::new(None);
+        let ratio = |cg: &Path, label: &str| {
+            let (without, with) = interleaved(
+                10,
+                50,
+                || {
+                    observer.replace(None);
+                    timed(exec_once)
+                },
+                || {
+                    let mut slot = observer.borrow_mut();
+                    if slot.is_none() {
+                        run.set(run.get() + 1);
+                        *slot = Some(
+                            Observer::attach(
+                                &format!("bench-o3-{}-{}", std::process::id(), run.get()),
+                                cg,
+                            )
+                            .expect("attach observer"),
+                        );
+                    }
+                    let t = timed(exec_once);
+                    if let Some(o) = slot.as_mut() {
+                        black_box(o.drain().expect("drain"));
+                    }
+                    t
+                },
+            );
+            observer.replace(None);
+            println!(
+                "ratio fork+exec+wait /bin/true: {label} {with:.1} µs / without observer {without:.1} µs = {:.3}",
+                with / without
+            );
+        };
+        ratio(&s.elsewhere, "observer watching another cgroup");
+        ratio(&s.plain, "observer watching this cgroup");
+    }
+    enter(&s.home);
+    println!("events lost while benchmarking the watching observer: {lost}");
+}
+
+fn main() {
+    let listing = std::env::args().any(|a| a == "--list");
+    // `cargo test --benches` / nextest run each benchmark once: no ratio loops then.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
+        .configure_from_args();
+    if listing {
+        for name in [
+            "connect/without_egress",
+            "connect/with_egress",
+            "exec/without_observer",
+            "exec/observer_elsewhere",
+            "exec/observer_watching",
+        ] {
+            println!("{name}: benchmark");
+        }
+        return;
+    }
+    if !privileged() {
+        return;
+    }
+    let setup = Setup::new();
+    connect_bench(&mut c, &setup, quick);
+    exec_bench(&mut c, &setup, quick);
+    drop(setup);
+    c.final_summary();
+}
