@@ -109,3 +109,10 @@ impl Verification {
         }
     }
 }
+
+// The handles can move to a supervisor thread (a compile-time check).
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Egress>();
+    send::<Observer>();
+};
