@@ -88,9 +88,15 @@ pub trait Backend {
     /// run refused unless the plan allows degradation.
     fn probe(&self, plan: &Plan) -> Vec<ProviderReport>;
 
-    /// Creates the boundary and starts the command in it. On error, everything created so far
-    /// has been removed.
-    fn launch(&mut self, plan: &Plan) -> Result<Self::Run, BackendError>;
+    /// Creates the boundary and starts the command in it. `gate` is called once, after the
+    /// boundary is built and verified and before anything of the command runs; an `Err` from it
+    /// stops the launch (the runtime uses it to hold the command until the run's start is
+    /// durably recorded). On error, everything created so far has been removed.
+    fn launch(
+        &mut self,
+        plan: &Plan,
+        gate: &mut dyn FnMut() -> Result<(), String>,
+    ) -> Result<Self::Run, BackendError>;
 }
 
 /// A run in progress.
@@ -115,8 +121,9 @@ pub trait Running {
     fn teardown(self) -> Teardown;
 }
 
-/// Where a run's evidence goes (the ledger, in production).
-pub trait Evidence {
+/// Where a run's evidence goes (the ledger, in production). `Send`, so that a record can be
+/// made durable on another thread while the boundary is being built.
+pub trait Evidence: Send {
     /// Appends one entry durably and returns its position.
     fn record(&mut self, kind: &str, data: Value) -> Result<LedgerPosition, String>;
 }

@@ -56,7 +56,33 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         "allow_degraded": plan.allow_degraded,
         "probe": probe,
     });
-    if let Err(e) = evidence.record("run.start", start_data) {
+    // The start is recorded while the boundary is built; the command is held at the gate until
+    // the record is durable, so no command runs without evidence that it was started.
+    let mut start_error: Option<String> = None;
+    let launched = std::thread::scope(|scope| {
+        let recorder = &mut *evidence;
+        let mut pending = Some(scope.spawn(move || recorder.record("run.start", start_data)));
+        let mut gate = || -> Result<(), String> {
+            let handle = pending.take().ok_or("the gate was passed twice")?;
+            match handle.join() {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(format!("ledger: could not record the run's start: {e}")),
+                Err(_) => Err("ledger: the recording thread panicked".to_owned()),
+            }
+        };
+        let launched = backend.launch(plan, &mut gate);
+        // A launch that failed before the gate still owes the record's outcome.
+        if let Some(handle) = pending.take() {
+            match handle.join() {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => start_error = Some(e),
+                Err(_) => start_error = Some("the recording thread panicked".to_owned()),
+            }
+        }
+        launched
+    });
+    if let Some(e) = start_error {
+        report.enforcement = probe;
         report.reasons.push(format!(
             "ledger: could not record the run's start, so it was not started: {e}"
         ));
@@ -64,7 +90,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         return report;
     }
 
-    let mut run = match backend.launch(plan) {
+    let mut run = match launched {
         Ok(run) => run,
         Err(e) => {
             report.enforcement = probe;
@@ -226,7 +252,12 @@ mod tests {
         fn probe(&self, _: &Plan) -> Vec<ProviderReport> {
             self.probe.clone()
         }
-        fn launch(&mut self, _: &Plan) -> Result<ScriptedRun, BackendError> {
+        fn launch(
+            &mut self,
+            _: &Plan,
+            gate: &mut dyn FnMut() -> Result<(), String>,
+        ) -> Result<ScriptedRun, BackendError> {
+            gate().map_err(|e| BackendError::new("gate", e))?;
             self.launched = true;
             Ok(ScriptedRun {
                 outcome: self.outcome.clone(),

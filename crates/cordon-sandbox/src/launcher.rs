@@ -120,7 +120,11 @@ impl Backend for LinuxBackend {
         out
     }
 
-    fn launch(&mut self, plan: &Plan) -> Result<LinuxRun, BackendError> {
+    fn launch(
+        &mut self,
+        plan: &Plan,
+        gate: &mut dyn FnMut() -> Result<(), String>,
+    ) -> Result<LinuxRun, BackendError> {
         if let NetPlan::Allow(_) = plan.net {
             return Err(BackendError::new(
                 "network",
@@ -149,7 +153,7 @@ impl Backend for LinuxBackend {
             init: None,
             timings: vec![("cgroup".to_owned(), micros(t0.elapsed()))],
         };
-        match started.launch(self, plan) {
+        match started.launch(self, plan, gate) {
             Ok(run) => Ok(run),
             Err(e) => {
                 started.abort();
@@ -185,7 +189,12 @@ impl Starting {
         }
     }
 
-    fn launch(&mut self, backend: &LinuxBackend, plan: &Plan) -> Result<LinuxRun, BackendError> {
+    fn launch(
+        &mut self,
+        backend: &LinuxBackend,
+        plan: &Plan,
+        gate: &mut dyn FnMut() -> Result<(), String>,
+    ) -> Result<LinuxRun, BackendError> {
         let err = |stage: &'static str| move |e: io::Error| BackendError::new(stage, e);
         let launched_at = Instant::now();
 
@@ -365,6 +374,12 @@ impl Starting {
         let ns_pid = ns_inode(pid, "pid");
         self.timings
             .push(("host-side verify".to_owned(), micros(t_init.elapsed())));
+        let t_gate = Instant::now();
+        gate().map_err(|e| BackendError::new("evidence", e))?;
+        self.timings.push((
+            "wait at the gate for evidence".to_owned(),
+            micros(t_gate.elapsed()),
+        ));
         let t_exec = Instant::now();
 
         sync.write_all(&[GO_EXEC]).map_err(err("sync"))?;
@@ -665,7 +680,9 @@ fn forwarded_set() -> libc::sigset_t {
     sys::sigset(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT])
 }
 
-fn block_forwarded_signals() {
+/// Holds SIGINT, SIGTERM, SIGHUP and SIGQUIT for the calling thread (and threads it starts
+/// later) until a run's `wait` forwards them to the command. Call it before starting threads.
+pub fn block_forwarded_signals() {
     let set = forwarded_set();
     // SAFETY: pthread_sigmask with a valid set, on the calling thread only.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };

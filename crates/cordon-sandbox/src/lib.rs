@@ -17,4 +17,4 @@ pub mod proto;
 pub mod seccomp;
 pub mod sys;
 
-pub use launcher::{LinuxBackend, LinuxRun};
+pub use launcher::{LinuxBackend, LinuxRun, block_forwarded_signals};

@@ -129,6 +129,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         ledger,
     };
 
+    // From here on Ctrl-C and friends are held for the command (forwarded once it runs), also
+    // in the thread that records the run's start.
+    cordon_sandbox::block_forwarded_signals();
     let exe = std::env::current_exe().context("locating the cordon binary")?;
     let mut backend = LinuxBackend::new(exe);
     let report = cordon_runtime::execute(&plan, &mut backend, &mut evidence);
@@ -188,11 +191,7 @@ fn build_spec(args: &RunArgs, cwd: &Path) -> anyhow::Result<RunSpec> {
 
     let policy = match &args.policy {
         Some(path) => load_policy(path)?,
-        None => {
-            cordon_policy::load::parse("(built-in locked-down policy)", LOCKED_DOWN, Path::new("/"))
-                .map_err(|e| anyhow::anyhow!("the built-in default policy is invalid: {e}"))?
-                .policy
-        }
+        None => builtin_default()?,
     };
     spec.read = policy.filesystem.read;
     spec.write = policy.filesystem.write;
@@ -240,6 +239,21 @@ fn build_spec(args: &RunArgs, cwd: &Path) -> anyhow::Result<RunSpec> {
     let ledger = ledger_dir(args.ledger.as_deref())?;
     spec.protected = vec![ledger];
     Ok(spec)
+}
+
+/// The built-in default's boundary. Its Cedar rules are for agents' actions, which a run does
+/// not decide, so only the sections before `[actions]` are read (a test checks that this gives
+/// the same boundary as the whole file).
+fn builtin_default() -> anyhow::Result<cordon_policy::Policy> {
+    let boundary = LOCKED_DOWN
+        .split("\n[actions]")
+        .next()
+        .unwrap_or(LOCKED_DOWN);
+    Ok(
+        cordon_policy::load::parse("(built-in locked-down policy)", boundary, Path::new("/"))
+            .map_err(|e| anyhow::anyhow!("the built-in default policy is invalid: {e}"))?
+            .policy,
+    )
 }
 
 fn net_spec(mode: NetMode, allow: &[cordon_policy::NetDest]) -> NetSpec {
@@ -314,5 +328,23 @@ impl Evidence for LedgerEvidence {
             seq: head.seq,
             head: head.hash_hex(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_default_is_the_locked_down_policys_boundary() {
+        let whole = cordon_policy::load::parse("locked-down.toml", LOCKED_DOWN, Path::new("/"))
+            .unwrap()
+            .policy;
+        let boundary = builtin_default().unwrap();
+        assert!(LOCKED_DOWN.contains("\n[actions]"), "the split point moved");
+        assert_eq!(boundary.filesystem, whole.filesystem);
+        assert_eq!(boundary.network, whole.network);
+        assert_eq!(boundary.limits, whole.limits);
+        assert_eq!(boundary.process, whole.process);
     }
 }
