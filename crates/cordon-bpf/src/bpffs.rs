@@ -77,8 +77,23 @@ pub enum Mounted {
 }
 
 /// Makes sure bpffs is mounted at `root`, mounting it (mode 0700) if not. Needs root for the
-/// mount.
+/// mount. Concurrent callers (parallel runs) are serialized by an exclusive `flock` on the
+/// parent directory of `root`: two mounts stacked on one another would hide the first one's
+/// pins from everyone.
 pub fn ensure_mounted(root: &Path) -> Result<Mounted, BpffsError> {
+    if is_bpffs(root)? {
+        return Ok(Mounted::Already);
+    }
+    let parent = root.parent().unwrap_or(Path::new("/"));
+    let lock_err = |source| BpffsError::Mount {
+        path: root.to_path_buf(),
+        source,
+    };
+    let lock = OwnedFd::from(fs::File::open(parent).map_err(lock_err)?);
+    // SAFETY: flock on a descriptor owned here; no pointers. Released when `lock` closes.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(lock_err(io::Error::last_os_error()));
+    }
     if is_bpffs(root)? {
         return Ok(Mounted::Already);
     }

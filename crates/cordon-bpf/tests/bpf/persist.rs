@@ -93,3 +93,43 @@ fn the_pinned_block_survives_kill_9_and_is_cleaned_after_the_cgroup() {
     }
     assert!(!cordon_bpf::bpffs::run_dir(Path::new(ROOT), &run_id).exists());
 }
+
+#[test]
+fn bpffs_is_mounted_once_when_absent_and_pins_go_there() {
+    if !privileged("bpffs_is_mounted_once_when_absent_and_pins_go_there") {
+        return;
+    }
+    use cordon_bpf::bpffs::{Mounted, ensure_mounted};
+    let base = std::env::temp_dir().join(unique("cordon-bpffs"));
+    let root = base.join("bpf");
+    std::fs::create_dir_all(&root).unwrap();
+    // Parallel starts on a host without bpffs: exactly one mounts it.
+    let results: Vec<Mounted> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| ensure_mounted(&root).unwrap()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mounted_now = results.iter().filter(|m| **m == Mounted::Now).count();
+    let cg = TestCgroup::new();
+    let run_id = unique("bpffs");
+    let attached = cordon_bpf::Egress::attach_at(
+        &root,
+        &run_id,
+        &cg.path,
+        &[allow("127.0.0.2/32", None)],
+        None,
+    );
+    let pinned = cordon_bpf::bpffs::run_dir(&root, &run_id)
+        .join("egress/connect4")
+        .exists();
+    let released = attached.map(|e| e.release());
+    let c = std::ffi::CString::new(root.to_str().unwrap()).unwrap();
+    // SAFETY: umount2 of the mount made above, by a NUL-terminated path alive for the call.
+    let unmounted = unsafe { libc::umount2(c.as_ptr(), 0) };
+    std::fs::remove_dir_all(&base).unwrap();
+    assert_eq!(mounted_now, 1, "{results:?}");
+    assert!(pinned, "no pin under the new bpffs");
+    assert!(matches!(released, Ok(Ok(()))), "{released:?}");
+    assert_eq!(unmounted, 0);
+}
