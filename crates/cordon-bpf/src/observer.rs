@@ -241,6 +241,14 @@ impl Observer {
         self.cgroup_id
     }
 
+    /// The kernel's id of the exec program's link.
+    pub fn link_id(&self) -> Option<u32> {
+        self.link
+            .as_ref()
+            .and_then(|l| l.info().ok())
+            .map(|i| i.id())
+    }
+
     /// Where the observer's maps are pinned.
     pub fn pin_dir(&self) -> &Path {
         &self.pin_dir

@@ -48,6 +48,7 @@ pub enum SysError {
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_PROG_QUERY: libc::c_long = 16;
 const BPF_LINK_UPDATE: libc::c_long = 29;
+const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
 const BPF_LINK_DETACH: libc::c_long = 34;
 const BPF_F_QUERY_EFFECTIVE: u32 = 1;
 /// The size of the info buffers passed to `BPF_OBJ_GET_INFO_BY_FD` (`[u64; 32]`).
@@ -281,5 +282,25 @@ pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
     let fd = unsafe { bpf(7, &mut attr) }?;
     let fd = i32::try_from(fd).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
     // SAFETY: a non-negative return of BPF_OBJ_GET is a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens a link by its id (`BPF_LINK_GET_FD_BY_ID`), as any root process can.
+pub fn link_by_id(id: u32) -> io::Result<OwnedFd> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct GetFdAttr {
+        link_id: u32,
+        next_id: u32,
+        open_flags: u32,
+    }
+    let mut attr = GetFdAttr {
+        link_id: id,
+        ..GetFdAttr::default()
+    };
+    // SAFETY: `attr` is BPF_LINK_GET_FD_BY_ID's struct and holds no pointers.
+    let fd = unsafe { bpf(BPF_LINK_GET_FD_BY_ID, &mut attr) }?;
+    let fd = i32::try_from(fd).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    // SAFETY: a non-negative return is a new descriptor owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

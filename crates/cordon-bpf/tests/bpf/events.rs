@@ -287,3 +287,27 @@ fn observer_verify_passes_then_catches_a_removed_filter_entry() {
         v.problems
     );
 }
+
+#[test]
+fn the_exec_link_cannot_be_detached_by_another_process() {
+    if !privileged("the_exec_link_cannot_be_detached_by_another_process") {
+        return;
+    }
+    // What another root process could try: open the link by id and force-detach it, as works
+    // for the egress links (see sabotage.rs). The kernel refuses it for tracepoint links, so the
+    // observer can only be stopped by closing cordon's own descriptor; should a kernel allow it,
+    // this test fails and verification must learn to see it (the active probe already would).
+    let cg = TestCgroup::new();
+    let mut obs = ObserverGuard::attach(&unique("events"), &cg);
+    let id = obs.get().link_id().expect("link id");
+    let fd = cordon_bpf::sys::link_by_id(id).expect("open link by id");
+    use std::os::fd::AsFd;
+    match cordon_bpf::sys::link_detach(fd.as_fd()) {
+        Err(cordon_bpf::sys::SysError::LinkDetach(e)) => {
+            assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP))
+        }
+        other => panic!("detaching the exec link: {other:?}"),
+    }
+    let v = obs.get().verify();
+    assert_eq!(v.state, VerifyState::Enforced, "{}", v.detail);
+}
