@@ -492,3 +492,130 @@ fn a_run_id_in_use_is_refused() {
     let v = eg.get().verify();
     assert_eq!(v.state, VerifyState::Enforced, "{}", v.detail);
 }
+
+/// A small deterministic generator (xorshift), so a failure can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn u32(&mut self) -> u32 {
+        u32::try_from(self.next() >> 32).unwrap()
+    }
+
+    fn below(&mut self, n: u32) -> u32 {
+        self.u32() % n
+    }
+}
+
+#[test]
+fn kernel_decisions_match_the_allowlist_model() {
+    if !privileged("kernel_decisions_match_the_allowlist_model") {
+        return;
+    }
+    use cordon_bpf::Tries;
+    use cordon_bpf::probe::{self, Probe};
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+    let mut rng = Rng(0x5eed_c0de_2026);
+    // Nested rules whose ports must merge (10.x style, inside 127/8), then random ones.
+    let mut rules = vec![
+        allow("127.16.0.0/12", Some(1000)),
+        allow("127.16.32.0/20", Some(1001)),
+        allow("127.16.32.64/26", None),
+    ];
+    for _ in 0..12 {
+        let prefix = 8 + u8::try_from(rng.below(25)).unwrap();
+        let addr = Ipv4Addr::from(0x7f00_0000 | (rng.u32() & 0x00ff_ffff));
+        let port = match rng.below(3) {
+            0 => None,
+            _ => Some(1000 + u16::try_from(rng.below(4)).unwrap()),
+        };
+        rules.push(cordon_bpf::Allow::new(IpAddr::V4(addr), prefix, port));
+    }
+    let model = Tries::build(&rules).unwrap();
+    let cg = TestCgroup::new();
+    let _eg = EgressGuard::attach(&cg, &rules);
+
+    // First the merged-port case itself: 127.16.33.1 matches the /20 entry (port 1001), yet the
+    // /12 rule allows port 1000 there too.
+    let mut dests = vec![
+        Probe {
+            kind: ProbeKind::TcpConnect,
+            dest: sa("127.16.33.1:1000"),
+        },
+        Probe {
+            kind: ProbeKind::TcpConnect,
+            dest: sa("127.16.33.1:1001"),
+        },
+    ];
+    assert!(model.permits("127.16.33.1".parse().unwrap(), Some(1000)));
+    for i in 0..190 {
+        let ip = if i % 3 == 0 {
+            Ipv4Addr::from(0x7f00_0000 | (rng.u32() & 0x00ff_ffff))
+        } else {
+            // Inside (or near) a rule: its network with random host bits.
+            let r = rules[rng.below(u32::try_from(rules.len()).unwrap()) as usize];
+            let IpAddr::V4(net) = r.net else {
+                unreachable!()
+            };
+            let host_bits = 32 - u32::from(r.prefix);
+            let mask = if host_bits == 32 {
+                u32::MAX
+            } else {
+                (1u32 << host_bits) - 1
+            };
+            Ipv4Addr::from((u32::from(net) & !mask) | (rng.u32() & mask))
+        };
+        let port = 1000 + u16::try_from(rng.below(5)).unwrap();
+        let kind = if i % 2 == 0 {
+            ProbeKind::TcpConnect
+        } else {
+            ProbeKind::UdpSendto
+        };
+        // Every third destination goes through an IPv6 socket as a mapped address.
+        let dest = if i % 4 == 1 {
+            SocketAddr::new(IpAddr::V6(ip.to_ipv6_mapped()), port)
+        } else {
+            SocketAddr::new(IpAddr::V4(ip), port)
+        };
+        dests.push(Probe { kind, dest });
+    }
+    let mut mismatches = Vec::new();
+    let (mut allowed, mut refused) = (0, 0);
+    for chunk in dests.chunks(probe::MAX_PROBES) {
+        let run = probe::connect_probes(&cg.path, chunk, Duration::from_secs(10)).unwrap();
+        for (p, r) in chunk.iter().zip(&run.results) {
+            let want = model.permits(p.dest.ip(), Some(p.dest.port()));
+            let got = match r {
+                ProbeResult::Failed(libc::EPERM) => false,
+                ProbeResult::Ok | ProbeResult::Failed(libc::ECONNREFUSED) => true,
+                other => panic!("{p:?}: unexpected {other:?}"),
+            };
+            if want {
+                allowed += 1;
+            } else {
+                refused += 1;
+            }
+            if want != got {
+                mismatches.push(format!("{p:?}: model {want}, kernel {got}"));
+            }
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "rules {rules:?}\n{}",
+        mismatches.join("\n")
+    );
+    // The sample exercised both answers, including the merged-port case.
+    assert!(
+        allowed > 20 && refused > 20,
+        "allowed {allowed}, refused {refused}"
+    );
+    assert!(model.permits("127.16.32.70".parse().unwrap(), Some(1000)));
+}
