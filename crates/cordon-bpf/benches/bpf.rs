@@ -1,7 +1,8 @@
 //! What the eBPF pieces cost, as ratios measured in one run (root only):
 //!
-//! - `connect`: a TCP `connect()` to a loopback listener (and `close`) from this process while
-//!   it sits in a cgroup without programs vs one with the egress programs attached;
+//! - `connect`: a TCP `connect()` to a loopback listener (and `close`), and to a closed
+//!   loopback port (refused by a reset), from this process while it sits in a cgroup without
+//!   programs vs one with the egress programs attached;
 //! - `exec`: fork + exec + wait of `/bin/true` with no observer, with an observer attached
 //!   that watches another cgroup (the cost every process on the host pays), and with an
 //!   observer watching this process's cgroup (events produced and drained).
@@ -70,6 +71,8 @@ struct Setup {
     elsewhere: PathBuf,
     egress: Option<Egress>,
     listener: SocketAddr,
+    /// A loopback port nobody listens on: connect() is answered by a reset.
+    closed: SocketAddr,
 }
 
 impl Setup {
@@ -82,6 +85,10 @@ impl Setup {
         }
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 drop(conn);
@@ -90,7 +97,9 @@ impl Setup {
         let egress = Egress::attach(
             &format!("bench-{}", std::process::id()),
             &guarded,
-            &[Allow::new(addr.ip(), 32, Some(addr.port()))],
+            // Every port of 127.0.0.1: the listener shares the cgroup (membership is per
+            // process), and its replies go to the client's ephemeral ports.
+            &[Allow::new(addr.ip(), 32, None)],
             None,
         )
         .expect("attach egress");
@@ -101,6 +110,7 @@ impl Setup {
             elsewhere,
             egress: Some(egress),
             listener: addr,
+            closed,
         }
     }
 }
@@ -117,8 +127,31 @@ impl Drop for Setup {
     }
 }
 
+/// One connect, closed with a reset (`SO_LINGER` 0) so that no TIME_WAIT is left behind to
+/// collide with a later connect's port and stall it for a SYN retransmission.
 fn connect_once(addr: SocketAddr) {
-    black_box(TcpStream::connect(addr).expect("connect"));
+    use std::os::fd::AsRawFd;
+    let stream = TcpStream::connect(addr).expect("connect");
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `linger` is a valid struct linger for the call; the descriptor is `stream`'s.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            8, // sizeof(struct linger)
+        )
+    };
+    black_box(stream);
+}
+
+fn connect_refused_once(addr: SocketAddr) {
+    let err = TcpStream::connect(addr).expect_err("nobody listens");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused);
 }
 
 fn exec_once() {
@@ -166,6 +199,17 @@ fn connect_bench(c: &mut Criterion, s: &Setup, quick: bool) {
         enter(&s.guarded);
         b.iter(|| connect_once(addr));
     });
+    // The same path without a listener (SYN out, reset in): no accept queue, no TIME_WAIT,
+    // so none of the stalls a busy machine gives a listener.
+    let closed = s.closed;
+    g.bench_function("refused_without_egress", |b| {
+        enter(&s.plain);
+        b.iter(|| connect_refused_once(closed));
+    });
+    g.bench_function("refused_with_egress", |b| {
+        enter(&s.guarded);
+        b.iter(|| connect_refused_once(closed));
+    });
     g.finish();
     if quick {
         return;
@@ -182,9 +226,25 @@ fn connect_bench(c: &mut Criterion, s: &Setup, quick: bool) {
             timed(|| connect_once(addr))
         },
     );
+    println!(
+        "ratio connect() to a listener: with egress {with:.1} µs / without {without:.1} µs = {:.3}",
+        with / without
+    );
+    let (without, with) = interleaved(
+        20,
+        200,
+        || {
+            enter(&s.plain);
+            timed(|| connect_refused_once(closed))
+        },
+        || {
+            enter(&s.guarded);
+            timed(|| connect_refused_once(closed))
+        },
+    );
     enter(&s.home);
     println!(
-        "ratio connect(): with egress {with:.1} µs / without {without:.1} µs = {:.3}",
+        "ratio connect() to a closed port: with egress {with:.1} µs / without {without:.1} µs = {:.3}",
         with / without
     );
 }
@@ -222,8 +282,8 @@ fn exec_bench(c: &mut Criterion, s: &Setup, quick: bool) {
         let observer: std::cell::RefCell<Option<Observer>> = std::cell::RefCell::new(None);
         let ratio = |cg: &Path, label: &str| {
             let (without, with) = interleaved(
-                10,
-                50,
+                20,
+                100,
                 || {
                     observer.replace(None);
                     timed(exec_once)
@@ -272,6 +332,8 @@ fn main() {
         for name in [
             "connect/without_egress",
             "connect/with_egress",
+            "connect/refused_without_egress",
+            "connect/refused_with_egress",
             "exec/without_observer",
             "exec/observer_elsewhere",
             "exec/observer_watching",
