@@ -256,12 +256,33 @@ fn hex_field(name: &str, v: Value) -> Result<Hash, EntryError> {
 
 /// Decodes 64 lowercase hex digits.
 pub fn parse_hex_hash(s: &[u8]) -> Option<Hash> {
-    if s.len() != 64 || !s.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+    /// Lowercase hex digit values; 0xff for every other byte.
+    const NIBBLE: [u8; 256] = {
+        let mut t = [0xff; 256];
+        let mut i: u8 = 0;
+        while i < 10 {
+            t[(b'0' + i) as usize] = i;
+            i += 1;
+        }
+        let mut i: u8 = 0;
+        while i < 6 {
+            t[(b'a' + i) as usize] = 10 + i;
+            i += 1;
+        }
+        t
+    };
+    if s.len() != 64 {
         return None;
     }
     let mut out = [0u8; 32];
-    hex::decode_to_slice(s, &mut out).ok()?;
-    Some(out)
+    let mut bad = 0u8;
+    for (o, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
+        let (hi, lo) = (NIBBLE[usize::from(pair[0])], NIBBLE[usize::from(pair[1])]);
+        bad |= hi | lo;
+        *o = (hi << 4) | (lo & 0xf);
+    }
+    // Any invalid digit set the high bits.
+    (bad & 0xf0 == 0).then_some(out)
 }
 
 /// The checks on `ts` and `kind` both parsing paths share.
@@ -578,11 +599,21 @@ impl<'a> Scanner<'a> {
         }
         self.pos += 1;
         loop {
+            // Strings in entries are short: a table lookup per byte beats
+            // memchr's setup here.
+            const STOP: [bool; 256] = {
+                let mut t = [false; 256];
+                let mut i = 0;
+                while i < 0x20 {
+                    t[i] = true;
+                    i += 1;
+                }
+                t[b'"' as usize] = true;
+                t[b'\\' as usize] = true;
+                t
+            };
             let rest = &self.b[self.pos..];
-            let i = memchr::memchr3(b'"', b'\\', b'\n', rest)?;
-            if rest[..i].iter().any(|&c| c < 0x20) {
-                return None;
-            }
+            let i = rest.iter().position(|&c| STOP[usize::from(c)])?;
             self.pos += i;
             match self.b[self.pos] {
                 b'"' => {

@@ -278,6 +278,11 @@ pub fn format_f64(f: f64) -> Result<String, &'static str> {
 /// 1424953923781206.25: Rust prints …06.3, ECMAScript …06.2). Only an odd
 /// last digit can be wrong, and only when the value is exactly halfway.
 fn round_half_even(f: f64, digits: &mut String, exp: i32) {
+    // Below 16 digits no two decimals share a double (10^15 < 2^53), so no
+    // neighbour round-trips and there is no tie to break.
+    if digits.len() < 16 {
+        return;
+    }
     let Some(last) = digits.bytes().last().map(|b| b - b'0') else {
         return;
     };
