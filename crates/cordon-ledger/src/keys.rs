@@ -432,6 +432,26 @@ pub fn write_public(path: &Path, contents: &str) -> Result<(), KeyError> {
 /// lets group or others read, write or execute it (checked on the opened
 /// file, so a swap between check and read cannot pass).
 pub fn read_key_file(path: &Path, private: bool) -> Result<String, KeyError> {
+    let (line, mode) = read_key_line(path)?;
+    if private {
+        check_private_mode(path, mode)?;
+    }
+    Ok(line)
+}
+
+fn check_private_mode(path: &Path, mode: u32) -> Result<(), KeyError> {
+    if mode & 0o077 != 0 {
+        return Err(KeyError::Permissions {
+            path: path.to_owned(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+/// A key file's single line and the permission bits of the file it was
+/// read from.
+fn read_key_line(path: &Path) -> Result<(String, u32), KeyError> {
     let rerr = |source| KeyError::Read {
         path: path.to_owned(),
         source,
@@ -445,12 +465,6 @@ pub fn read_key_file(path: &Path, private: bool) -> Result<String, KeyError> {
         });
     }
     let mode = meta.permissions().mode() & 0o7777;
-    if private && mode & 0o077 != 0 {
-        return Err(KeyError::Permissions {
-            path: path.to_owned(),
-            mode,
-        });
-    }
     let mut buf = Vec::new();
     f.take(MAX_KEY_FILE + 1)
         .read_to_end(&mut buf)
@@ -471,7 +485,7 @@ pub fn read_key_file(path: &Path, private: bool) -> Result<String, KeyError> {
     if line.is_empty() {
         return Err(content("empty"));
     }
-    Ok(line.to_owned())
+    Ok((line.to_owned(), mode))
 }
 
 /// Reads a private key file (mode must deny group and others).
@@ -497,14 +511,14 @@ pub enum CheckKey {
 pub fn load_check_key(arg: &str) -> Result<CheckKey, KeyError> {
     let path = Path::new(arg);
     if path.exists() {
-        let line = read_key_file(path, false)?;
+        let (line, mode) = read_key_line(path)?;
         let content = |e: KeyError| KeyError::Content {
             path: path.to_owned(),
             reason: e.to_string(),
         };
         if line.starts_with("PRIVATE+KEY+") || (line.len() == 64 && !line.contains('+')) {
             // A secret: hold it to the private-file rule.
-            read_key_file(path, true)?;
+            check_private_mode(path, mode)?;
             return Ok(match PrivateKey::parse(&line).map_err(content)? {
                 PrivateKey::Ed25519(k) => CheckKey::Ed25519(k.verifier()),
                 PrivateKey::Hmac(k) => CheckKey::Hmac(k),

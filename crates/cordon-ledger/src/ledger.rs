@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::chain::{self, Step, Walker};
-use crate::checkpoint::{Checkpoint, SignedCheckpoint};
+use crate::checkpoint::Checkpoint;
 use crate::entry::{self, EntryError, MAX_LINE, ZERO_HASH};
 use crate::keys::SigningKey;
 use crate::merkle::Hash;
@@ -908,9 +908,4 @@ pub fn write_atomic(path: &Path, bytes: &[u8], dir: &Path) -> io::Result<()> {
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     sync_dir(dir)
-}
-
-/// Reads a signed checkpoint, for callers outside the crate.
-pub fn load_checkpoint(path: &Path) -> Result<SignedCheckpoint, chain::ChainError> {
-    chain::read_checkpoint(path)
 }
