@@ -99,11 +99,20 @@ pub trait Backend {
     ) -> Result<Self::Run, BackendError>;
 }
 
+/// Where a backend delivers host-observed events (`host.exec`, `host.connect`, …) while the run
+/// goes on, in the order the kernel produced them; the runtime records them in the ledger between
+/// the run's start and end.
+pub type EventSink<'a> = &'a mut dyn FnMut(&str, Value);
+
 /// A run in progress.
 pub trait Running {
     /// Waits until the command ends, a limit is hit, or `deadline` passes (then the run is
-    /// killed and the outcome says so).
-    fn wait(&mut self, deadline: Option<Instant>) -> Result<Outcome, BackendError>;
+    /// killed and the outcome says so), delivering host-observed events to `events`.
+    fn wait(
+        &mut self,
+        deadline: Option<Instant>,
+        events: EventSink<'_>,
+    ) -> Result<Outcome, BackendError>;
 
     /// Kills every process of the run now.
     fn kill(&mut self, reason: KillReason) -> Result<(), BackendError>;
@@ -117,8 +126,9 @@ pub trait Running {
     }
 
     /// Kills whatever is left, verifies that nothing remains, and removes the boundary's
-    /// resources. Infallible by signature: a failure is part of the returned evidence.
-    fn teardown(self) -> Teardown;
+    /// resources, delivering the last host-observed events. Infallible by signature: a failure
+    /// is part of the returned evidence.
+    fn teardown(self, events: EventSink<'_>) -> Teardown;
 }
 
 /// Where a run's evidence goes (the ledger, in production). `Send`, so that a record can be

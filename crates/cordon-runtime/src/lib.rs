@@ -9,8 +9,8 @@ pub mod report;
 pub mod run;
 pub mod spec;
 
-pub use backend::{Backend, BackendError, Evidence, KillReason, Outcome, Running};
-pub use plan::{Identity, LandlockPlan, Mount, MountKind, NetPlan, Plan};
+pub use backend::{Backend, BackendError, EventSink, Evidence, KillReason, Outcome, Running};
+pub use plan::{AllowRule, Identity, LandlockPlan, Mount, MountKind, NetPlan, Plan};
 pub use report::{
     EnforcementState, ExitStatus, LedgerPosition, ProviderReport, Report, Teardown, Verdict,
 };

@@ -78,7 +78,21 @@ pub enum NetPlan {
     /// The host's network namespace.
     Host,
     /// The host's network namespace, restricted to these destinations.
-    Allow(Vec<String>),
+    Allow(Vec<AllowRule>),
+}
+
+/// One destination of an egress allowlist: an IP block and optionally one port. Host names in a
+/// policy are resolved (at launch, by the caller) into one rule per address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllowRule {
+    /// The network address.
+    pub net: std::net::IpAddr,
+    /// The prefix length.
+    pub prefix: u8,
+    /// The one port allowed, or every port.
+    pub port: Option<u16>,
+    /// What the policy or flag said (`api.example.com:443`), for the evidence.
+    pub source: String,
 }
 
 /// The identity of the command: a non-root id inside its user namespace, mapped to a non-root id

@@ -101,7 +101,15 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     };
 
     let deadline = plan.limits.timeout.map(|t| started + t);
-    let outcome = run.wait(deadline);
+    // Host-observed events go into the ledger as they come; one that cannot be recorded makes
+    // the run unprovable, so it is remembered and the run is not ALLOWED.
+    let mut event_errors: Vec<String> = Vec::new();
+    let mut sink = |kind: &str, data: serde_json::Value| {
+        if let Err(e) = evidence.record(kind, data) {
+            event_errors.push(format!("{kind}: {e}"));
+        }
+    };
+    let outcome = run.wait(deadline, &mut sink);
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
@@ -121,7 +129,14 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     };
     report.enforcement = run.enforcement();
     report.timings_us = run.timings();
-    report.teardown = run.teardown();
+    report.teardown = run.teardown(&mut sink);
+    if !event_errors.is_empty() {
+        report.reasons.push(format!(
+            "ledger: {} host-observed events could not be recorded (first: {})",
+            event_errors.len(),
+            event_errors[0]
+        ));
+    }
 
     match outcome {
         Outcome::Exited(status) => {
@@ -151,6 +166,9 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         if report.verdict == Verdict::Allowed {
             report.verdict = Verdict::Failed;
         }
+    }
+    if !event_errors.is_empty() && report.verdict == Verdict::Allowed {
+        report.verdict = Verdict::Failed;
     }
     for p in &report.enforcement {
         let acceptable = match p.state {
@@ -267,7 +285,12 @@ mod tests {
     }
 
     impl Running for ScriptedRun {
-        fn wait(&mut self, _: Option<Instant>) -> Result<Outcome, BackendError> {
+        fn wait(
+            &mut self,
+            _: Option<Instant>,
+            events: crate::backend::EventSink<'_>,
+        ) -> Result<Outcome, BackendError> {
+            events("host.exec", serde_json::json!({"path": "/bin/true"}));
             self.outcome
                 .clone()
                 .map_err(|e| BackendError::new("wait", e))
@@ -278,7 +301,7 @@ mod tests {
         fn enforcement(&self) -> Vec<ProviderReport> {
             vec![ProviderReport::new("x", EnforcementState::Enforced, "ok")]
         }
-        fn teardown(self) -> Teardown {
+        fn teardown(self, _: crate::backend::EventSink<'_>) -> Teardown {
             Teardown {
                 verified_empty: self.verified_empty,
                 steps: vec![],
@@ -320,8 +343,8 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Allowed);
         assert_eq!(r.exit_code(), 3);
         let kinds: Vec<&str> = ev.entries.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(kinds, ["run.start", "run.end"]);
-        assert_eq!(r.ledger.unwrap().seq, 1);
+        assert_eq!(kinds, ["run.start", "host.exec", "run.end"]);
+        assert_eq!(r.ledger.unwrap().seq, 2);
     }
 
     #[test]

@@ -27,8 +27,8 @@ pub enum NetSpec {
     None,
     /// The host's network namespace, unrestricted.
     Host,
-    /// The host's network, restricted to these destinations (CIDR, as written).
-    Allow(Vec<String>),
+    /// The host's network, restricted to these destinations (host names already resolved).
+    Allow(Vec<crate::plan::AllowRule>),
 }
 
 /// Resource limits. `None` means "no limit of this kind asked for".
@@ -297,7 +297,9 @@ impl RunSpec {
                 .map(|(p, _)| p.clone())
                 .collect(),
             exec: exec_paths,
-            restrict_tcp: !matches!(net, NetPlan::Host),
+            // Without a network of its own the command may neither bind nor connect TCP; with
+            // the host's (restricted by eBPF or not) Landlock's port rules are not the boundary.
+            restrict_tcp: matches!(net, NetPlan::None),
         };
 
         let mut plan = Plan {

@@ -202,6 +202,18 @@ impl Layout {
     }
 }
 
+/// What identifies a run's cgroup across processes: its v2 directory, the kernel's id for it at
+/// creation, and the v1 directories that carry its limits.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CgroupHandle {
+    /// The v2 directory.
+    pub v2: PathBuf,
+    /// Its cgroup id (inode number) when the run created it.
+    pub id: u64,
+    /// `(controller, directory)` of the v1 cgroups.
+    pub v1: Vec<(String, PathBuf)>,
+}
+
 /// Limits applied to the run's cgroup.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CgroupLimits {
@@ -368,6 +380,17 @@ impl RunCgroup {
     /// Waits until `cgroup.events` shows `populated 0`, waking on the kernel's notification
     /// (`POLLPRI`), for at most `limit`. Returns how long it took, or `None` on timeout.
     pub fn wait_empty(&self, limit: Duration) -> Result<Option<Duration>, CgroupError> {
+        self.wait_event("populated", 0, limit)
+    }
+
+    /// Waits until `cgroup.events` shows `key value`, woken by the kernel's notification
+    /// (`POLLPRI` on the file), for at most `limit`. Returns how long it took, `None` on timeout.
+    pub fn wait_event(
+        &self,
+        key: &str,
+        value: u64,
+        limit: Duration,
+    ) -> Result<Option<Duration>, CgroupError> {
         let path = self.v2.join("cgroup.events");
         let start = Instant::now();
         let mut file = fs::File::open(&path).map_err(|source| CgroupError::Read {
@@ -375,6 +398,7 @@ impl RunCgroup {
             source,
         })?;
         let mut buf = String::new();
+        let mut backoff = Duration::from_micros(50);
         loop {
             buf.clear();
             file.rewind()
@@ -383,17 +407,23 @@ impl RunCgroup {
                     path: path.clone(),
                     source,
                 })?;
-            if key_value(&buf, "populated") == Some(0) {
+            if key_value(&buf, key) == Some(value) {
                 return Ok(Some(start.elapsed()));
             }
             let left = limit.saturating_sub(start.elapsed());
             if left.is_zero() {
                 return Ok(None);
             }
+            // The kernel rate-limits `cgroup.events` notifications to one per 10 ms (a freeze
+            // just before a kill delays the `populated 0` one), and does not notify the removal
+            // of the cgroup at all (its supervisor may remove it as soon as it empties). So the
+            // file is also read again on a short, growing period: 50 µs, doubling, up to 10 ms.
+            let slice = left.min(backoff);
+            backoff = (backoff * 2).min(Duration::from_millis(10));
             let mut fds = [PollFd::new(&file, PollFlags::PRI | PollFlags::ERR)];
             let ts = rustix::time::Timespec {
-                tv_sec: left.as_secs() as i64,
-                tv_nsec: i64::from(left.subsec_nanos()),
+                tv_sec: 0,
+                tv_nsec: i64::from(slice.subsec_nanos()),
             };
             match poll(&mut fds, Some(&ts)) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
@@ -405,6 +435,112 @@ impl RunCgroup {
                 }
             }
         }
+    }
+
+    /// Freezes every process of the run (`cgroup.freeze`) and waits for the kernel to report
+    /// `frozen 1`. Returns how long that took, or `None` when it was not seen within `limit`.
+    pub fn freeze(&self, limit: Duration) -> Result<Option<Duration>, CgroupError> {
+        self.check_identity()?;
+        write_file(&self.v2.join("cgroup.freeze"), "1")?;
+        self.wait_event("frozen", 1, limit)
+    }
+
+    /// Thaws the run and waits for `frozen 0`.
+    pub fn thaw(&self, limit: Duration) -> Result<Option<Duration>, CgroupError> {
+        self.check_identity()?;
+        write_file(&self.v2.join("cgroup.freeze"), "0")?;
+        self.wait_event("frozen", 0, limit)
+    }
+
+    /// Whether the freeze cordon asked for is in force: `cgroup.freeze` still says 1 and
+    /// `cgroup.events` says `frozen 1` (every process of the run, including any added since,
+    /// is frozen).
+    pub fn frozen(&self) -> Result<bool, CgroupError> {
+        self.check_identity()?;
+        let asked = read(self.v2.join("cgroup.freeze"))?.trim() == "1";
+        let events = read(self.v2.join("cgroup.events"))?;
+        Ok(asked && key_value(&events, "frozen") == Some(1))
+    }
+
+    /// Every process in the run's cgroup and its descendants.
+    pub fn procs_recursive(&self) -> Result<Vec<i32>, CgroupError> {
+        let mut out = Vec::new();
+        let mut dirs = vec![self.v2.clone()];
+        while let Some(dir) = dirs.pop() {
+            out.extend(
+                read(dir.join("cgroup.procs"))?
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<i32>().ok()),
+            );
+            if let Ok(entries) = fs::read_dir(&dir) {
+                dirs.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// What identifies this cgroup for another process (`cordon contain`).
+    pub fn handle(&self) -> CgroupHandle {
+        CgroupHandle {
+            v2: self.v2.clone(),
+            id: self.id,
+            v1: self
+                .v1
+                .iter()
+                .map(|(c, d)| ((*c).to_owned(), d.clone()))
+                .collect(),
+        }
+    }
+
+    /// Re-opens a run's cgroup from its handle, refusing when the directory's cgroup id is not
+    /// the recorded one (deleted and recreated under the same name).
+    pub fn open(handle: &CgroupHandle) -> Result<RunCgroup, CgroupError> {
+        let dir_fd = open(
+            &handle.v2,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| CgroupError::Read {
+            path: handle.v2.clone(),
+            source: e.into(),
+        })?;
+        let v1 = handle
+            .v1
+            .iter()
+            .filter_map(|(c, d)| {
+                let c: &'static str = match c.as_str() {
+                    "memory" => "memory",
+                    "pids" => "pids",
+                    _ => return None,
+                };
+                Some((c, d.clone()))
+            })
+            .collect::<Vec<_>>();
+        let memory_dir = v1
+            .iter()
+            .find(|(c, _)| *c == "memory")
+            .map(|(_, d)| (d.clone(), true));
+        let pids_dir = v1
+            .iter()
+            .find(|(c, _)| *c == "pids")
+            .map(|(_, d)| d.clone());
+        let cg = RunCgroup {
+            v2: handle.v2.clone(),
+            id: handle.id,
+            dir_fd,
+            v1,
+            memory_dir,
+            pids_dir,
+            applied: Vec::new(),
+        };
+        cg.check_identity()?;
+        Ok(cg)
     }
 
     /// The pids currently in the v2 cgroup.

@@ -8,15 +8,17 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use cordon_bpf::{Allow, Egress, Event, Observer, Verification, VerifyState};
 use cordon_runtime::{
-    Backend, BackendError, EnforcementState, ExitStatus, KillReason, NetPlan, Outcome, Plan,
-    ProviderReport, Running, Teardown,
+    Backend, BackendError, EnforcementState, EventSink, ExitStatus, KillReason, NetPlan, Outcome,
+    Plan, ProviderReport, Running, Teardown,
 };
 
 use crate::caps::StatusCaps;
 use crate::cgroup::{CgroupLimits, Layout, LayoutKind, RunCgroup};
 use crate::landlock;
 use crate::proto::{GO_BUILD, GO_EXEC, INIT_ARGV0, InitConfig, Message};
+use crate::state::{RunState, StateDir};
 use crate::sys::{self, Cloned, clone_flags};
 
 /// How often limits are polled while the command runs.
@@ -30,6 +32,14 @@ const NAMESPACES: [&str; 6] = ["user", "pid", "mnt", "ipc", "uts", "cgroup"];
 pub struct LinuxBackend {
     init_exe: PathBuf,
     privileged: bool,
+    registry: Option<Registry>,
+}
+
+/// Where runs are registered for `cordon contain`, and the ledger they record into.
+#[derive(Debug, Clone)]
+struct Registry {
+    dir: StateDir,
+    ledger: Option<PathBuf>,
 }
 
 impl LinuxBackend {
@@ -39,7 +49,14 @@ impl LinuxBackend {
         LinuxBackend {
             init_exe,
             privileged: rustix::process::geteuid().is_root(),
+            registry: None,
         }
+    }
+
+    /// Registers every run in `dir` (for `cordon contain`), naming the ledger it records into.
+    pub fn with_state_dir(mut self, dir: StateDir, ledger: Option<PathBuf>) -> Self {
+        self.registry = Some(Registry { dir, ledger });
+        self
     }
 
     fn layout(&self) -> Option<Layout> {
@@ -110,12 +127,26 @@ impl Backend for LinuxBackend {
                 }
             }
         }
+        let bpf = self.privileged && std::path::Path::new("/sys/kernel/btf/vmlinux").exists();
+        if self.privileged {
+            out.push(if bpf {
+                ProviderReport::new("observer", Enforced, "eBPF exec observation (BTF present)")
+            } else {
+                ProviderReport::new("observer", NotConfigured, "the kernel exposes no BTF")
+            });
+        }
         if let NetPlan::Allow(_) = plan.net {
-            out.push(ProviderReport::new(
-                "egress",
-                NotConfigured,
-                "destination allowlists need the eBPF egress provider, which this build lacks",
-            ));
+            out.push(if bpf {
+                ProviderReport::new("egress", Enforced, "eBPF cgroup egress allowlist")
+            } else if self.privileged {
+                ProviderReport::new("egress", NotConfigured, "the kernel exposes no BTF")
+            } else {
+                ProviderReport::new(
+                    "egress",
+                    NotConfigured,
+                    "not root: destination allowlists need eBPF programs on the run's cgroup",
+                )
+            });
         }
         out
     }
@@ -125,12 +156,6 @@ impl Backend for LinuxBackend {
         plan: &Plan,
         gate: &mut dyn FnMut() -> Result<(), String>,
     ) -> Result<LinuxRun, BackendError> {
-        if let NetPlan::Allow(_) = plan.net {
-            return Err(BackendError::new(
-                "network",
-                "--net allow: is not available in this build (use none or host)",
-            ));
-        }
         let t0 = Instant::now();
         let cgroup = match self.layout() {
             Some(layout) => Some({
@@ -152,6 +177,9 @@ impl Backend for LinuxBackend {
             cgroup,
             init: None,
             timings: vec![("cgroup".to_owned(), micros(t0.elapsed()))],
+            registered: None,
+            observer: None,
+            egress: None,
         };
         match started.launch(self, plan, gate) {
             Ok(run) => Ok(run),
@@ -168,6 +196,9 @@ struct Starting {
     cgroup: Option<RunCgroup>,
     init: Option<(i32, OwnedFd)>,
     timings: Vec<(String, u64)>,
+    registered: Option<(StateDir, String)>,
+    observer: Option<Observer>,
+    egress: Option<Egress>,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -176,6 +207,12 @@ fn micros(d: Duration) -> u64 {
 
 impl Starting {
     fn abort(mut self) {
+        // The boundary comes down in the reverse order: processes first, then their egress.
+        let egress = self.egress.take();
+        let observer = self.observer.take();
+        if let Some((dir, run_id)) = self.registered.take() {
+            dir.remove(&run_id);
+        }
         if let Some((_, pidfd)) = &self.init {
             let _ = rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL);
             let _ = rustix::process::waitid(
@@ -187,6 +224,12 @@ impl Starting {
             let mut steps = Vec::new();
             cg.teardown(&mut steps);
         }
+        if let Some(e) = egress {
+            let _ = e.release();
+        }
+        if let Some(o) = observer {
+            let _ = o.release();
+        }
     }
 
     fn launch(
@@ -197,6 +240,32 @@ impl Starting {
     ) -> Result<LinuxRun, BackendError> {
         let err = |stage: &'static str| move |e: io::Error| BackendError::new(stage, e);
         let launched_at = Instant::now();
+
+        // Observation and egress control are attached to the cgroup before anything is born in
+        // it, so there is no moment of the run they do not cover.
+        if let Some(cg) = &self.cgroup
+            && backend.privileged
+        {
+            let t = Instant::now();
+            let root = std::path::Path::new(cordon_bpf::bpffs::DEFAULT_ROOT);
+            // Pins of runs whose cordon died and whose cgroup is gone.
+            let _ = cordon_bpf::cleanup_stale(root);
+            let observer = Observer::attach(&plan.run_id, &cg.v2)
+                .map_err(|e| BackendError::new("observer", e))?;
+            if let NetPlan::Allow(rules) = &plan.net {
+                let allow: Vec<Allow> = rules
+                    .iter()
+                    .map(|r| Allow::new(r.net, r.prefix, r.port))
+                    .collect();
+                self.egress = Some(
+                    Egress::attach(&plan.run_id, &cg.v2, &allow, Some(&observer))
+                        .map_err(|e| BackendError::new("egress", e))?,
+                );
+            }
+            self.observer = Some(observer);
+            self.timings
+                .push(("eBPF observer and egress".to_owned(), micros(t.elapsed())));
+        }
 
         // Everything the child needs is prepared here: after the clone it only calls execveat.
         let exe = rustix::fs::open(
@@ -298,6 +367,23 @@ impl Starting {
             Cloned::Parent { pid, pidfd } => (pid, pidfd),
         };
         self.init = Some((pid, pidfd.try_clone().map_err(err("clone3"))?));
+        if let (Some(reg), Some(cg)) = (&backend.registry, &self.cgroup) {
+            let state = RunState {
+                run_id: plan.run_id.clone(),
+                cgroup: cg.handle(),
+                init_pid: pid,
+                ledger: reg.ledger.clone(),
+                egress: self.egress.as_ref().map(|e| e.pin_dir().to_path_buf()),
+                started_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    .unwrap_or(0),
+            };
+            reg.dir
+                .register(&state)
+                .map_err(|e| BackendError::new("state", e))?;
+            self.registered = Some((reg.dir.clone(), plan.run_id.clone()));
+        }
         drop((sync_r, status_w, config_fd, exe));
 
         write_id_maps(pid, plan, backend.privileged).map_err(err("uid_map"))?;
@@ -358,7 +444,24 @@ impl Starting {
         };
 
         // Check the boundary from the host before anything of the command runs.
-        let enforcement = verify(pid, plan, &ready, backend.privileged, self.cgroup.as_ref());
+        let mut enforcement = verify(pid, plan, &ready, backend.privileged, self.cgroup.as_ref());
+        let mut probe_pids = Vec::new();
+        if let Some(o) = &self.observer {
+            let v = o.verify_attached();
+            enforcement.push(bpf_report("observer", &v));
+        } else if !backend.privileged {
+            enforcement.push(ProviderReport::new(
+                "observer",
+                EnforcementState::NotConfigured,
+                "not root: no host-side observation of execs and connects",
+            ));
+        }
+        if let Some(e) = &self.egress {
+            let v = e.verify();
+            probe_pids.extend(v.probe_pids.iter().copied());
+            enforcement.retain(|p| p.provider != "network");
+            enforcement.push(bpf_report("egress", &v));
+        }
         let refused: Vec<String> = enforcement
             .iter()
             .filter(|p| match p.state {
@@ -426,6 +529,10 @@ impl Starting {
             killed: None,
             exit: None,
             timings: std::mem::take(&mut self.timings),
+            registered: self.registered.take(),
+            observer: self.observer.take(),
+            egress: self.egress.take(),
+            probe_pids,
         })
     }
 }
@@ -676,6 +783,38 @@ fn verify(
     out
 }
 
+/// A provider report from an eBPF verification.
+fn bpf_report(provider: &str, v: &Verification) -> ProviderReport {
+    let state = match v.state {
+        VerifyState::Enforced => EnforcementState::Enforced,
+        VerifyState::VerificationFailed => EnforcementState::VerificationFailed,
+    };
+    ProviderReport::new(provider, state, v.detail.clone())
+}
+
+/// An event as the ledger records it: its kind and data.
+fn event_entry(event: &Event, probe_pids: &[u32]) -> (&'static str, serde_json::Value) {
+    let probe = probe_pids.contains(&event.pid());
+    match event {
+        Event::Exec(e) => (
+            "host.exec",
+            serde_json::json!({
+                "ts_ns": e.ts_ns, "pid": e.pid, "ppid": e.ppid, "path": e.filename,
+                "argv": e.argv, "argv_truncated": e.argv_truncated, "cgroup_id": e.cgroup_id,
+                "probe": probe,
+            }),
+        ),
+        Event::Connect(c) => (
+            "host.connect",
+            serde_json::json!({
+                "ts_ns": c.ts_ns, "pid": c.pid, "hook": c.hook.name(), "protocol": c.protocol,
+                "dest": c.dest.to_string(), "port": c.port, "mapped": c.mapped,
+                "allowed": c.allowed, "cgroup_id": c.cgroup_id, "probe": probe,
+            }),
+        ),
+    }
+}
+
 fn forwarded_set() -> libc::sigset_t {
     sys::sigset(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT])
 }
@@ -708,6 +847,11 @@ pub struct LinuxRun {
     killed: Option<KillReason>,
     exit: Option<ExitStatus>,
     timings: Vec<(String, u64)>,
+    registered: Option<(StateDir, String)>,
+    observer: Option<Observer>,
+    egress: Option<Egress>,
+    /// Pids of the verification probes, whose events are labelled as such.
+    probe_pids: Vec<u32>,
 }
 
 impl LinuxRun {
@@ -749,8 +893,12 @@ impl LinuxRun {
 }
 
 impl Running for LinuxRun {
-    fn wait(&mut self, deadline: Option<Instant>) -> Result<Outcome, BackendError> {
-        let result = self.wait_inner(deadline);
+    fn wait(
+        &mut self,
+        deadline: Option<Instant>,
+        events: EventSink<'_>,
+    ) -> Result<Outcome, BackendError> {
+        let result = self.wait_inner(deadline, events);
         unblock_forwarded_signals();
         result
     }
@@ -772,7 +920,7 @@ impl Running for LinuxRun {
         self.timings.clone()
     }
 
-    fn teardown(mut self) -> Teardown {
+    fn teardown(mut self, events: EventSink<'_>) -> Teardown {
         let mut steps = Vec::new();
         let verified = match self.cgroup.take() {
             Some(cg) => {
@@ -802,6 +950,28 @@ impl Running for LinuxRun {
                 }
             }
         };
+        // Egress comes down only after every process of the run is gone.
+        if let Some(e) = self.egress.take() {
+            match e.release() {
+                Ok(()) => steps.push("egress programs detached and unpinned".into()),
+                Err(err) => steps.push(format!("egress release failed: {err}")),
+            }
+        }
+        if let Some(o) = self.observer.take() {
+            match o.release() {
+                Ok(last) => {
+                    for ev in &last {
+                        let (kind, data) = event_entry(ev, &self.probe_pids);
+                        events(kind, data);
+                    }
+                    steps.push("observer detached".into());
+                }
+                Err(err) => steps.push(format!("observer release failed: {err}")),
+            }
+        }
+        if let Some((dir, run_id)) = self.registered.take() {
+            dir.remove(&run_id);
+        }
         steps.push(format!(
             "run lasted {:.1} ms",
             self.launched_at.elapsed().as_secs_f64() * 1e3
@@ -814,11 +984,72 @@ impl Running for LinuxRun {
 }
 
 impl LinuxRun {
-    fn wait_inner(&mut self, deadline: Option<Instant>) -> Result<Outcome, BackendError> {
+    /// Delivers the observer's queued events; a read failure is reported as an event too.
+    fn drain_events(&mut self, events: EventSink<'_>) {
+        let Some(o) = &mut self.observer else {
+            return;
+        };
+        match o.drain() {
+            Ok(batch) => {
+                for ev in &batch {
+                    let (kind, data) = event_entry(ev, &self.probe_pids);
+                    events(kind, data);
+                }
+            }
+            Err(e) => events(
+                "host.observer-error",
+                serde_json::json!({ "error": e.to_string() }),
+            ),
+        }
+    }
+
+    /// Re-checks the eBPF providers at the end of the run: a program detached or a map changed
+    /// behind cordon's back while the command ran turns the provider VERIFICATION_FAILED.
+    fn reverify(&mut self) {
+        let mut late = Vec::new();
+        if let Some(o) = &self.observer {
+            late.push(("observer", o.verify_attached()));
+            if let Ok(n) = o.lost()
+                && n > 0
+            {
+                late.push((
+                    "observer",
+                    Verification {
+                        state: VerifyState::VerificationFailed,
+                        detail: format!("{n} events were lost (the ring buffer was full)"),
+                        problems: vec![format!("{n} events lost")],
+                        probe_pids: Vec::new(),
+                    },
+                ));
+            }
+        }
+        if let Some(e) = &self.egress {
+            late.push(("egress", e.verify_attached()));
+        }
+        for (provider, v) in late {
+            if v.state == VerifyState::VerificationFailed {
+                for p in self
+                    .enforcement
+                    .iter_mut()
+                    .filter(|p| p.provider == provider)
+                {
+                    p.state = EnforcementState::VerificationFailed;
+                    p.detail = format!("at the end of the run: {}", v.detail);
+                }
+            }
+        }
+    }
+
+    fn wait_inner(
+        &mut self,
+        deadline: Option<Instant>,
+        events: EventSink<'_>,
+    ) -> Result<Outcome, BackendError> {
         use rustix::event::{PollFd, PollFlags, poll};
         let sigfd = signalfd().map_err(|e| BackendError::new("signals", e))?;
         let poll_limits = self.cgroup.is_some();
         loop {
+            self.drain_events(events);
             if let Some(reason) = self.limit_hit() {
                 self.kill(reason)?;
                 break;
@@ -868,6 +1099,8 @@ impl LinuxRun {
         }
         self.reap_init();
         self.drain_status();
+        self.drain_events(events);
+        self.reverify();
         if let Some(outcome) = self.not_started.take() {
             return Ok(outcome);
         }
@@ -875,6 +1108,12 @@ impl LinuxRun {
             && let Some(reason) = self.limit_hit()
         {
             self.killed = Some(reason);
+        }
+        if self.killed.is_none()
+            && let Some((dir, run_id)) = &self.registered
+            && dir.is_contained(run_id)
+        {
+            self.killed = Some(KillReason::Containment);
         }
         Ok(match self.killed {
             Some(reason) => Outcome::Killed {

@@ -9,12 +9,14 @@
 
 pub mod caps;
 pub mod cgroup;
+pub mod contain;
 pub mod init;
 pub mod landlock;
 mod launcher;
 pub mod mounts;
 pub mod proto;
 pub mod seccomp;
+pub mod state;
 pub mod sys;
 
 pub use launcher::{LinuxBackend, LinuxRun, block_forwarded_signals};

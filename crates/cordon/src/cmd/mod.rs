@@ -4,6 +4,7 @@
 
 use clap::Subcommand;
 
+mod contain;
 mod key;
 mod ledger;
 mod policy;
@@ -12,7 +13,8 @@ pub mod run;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
+    Contain(contain::ContainArgs),
     /// Append to, verify, checkpoint and prove the evidence ledger
     #[command(subcommand)]
     Ledger(ledger::LedgerCommand),
@@ -30,7 +32,8 @@ impl Command {
     /// Runs the subcommand, returning its exit code.
     pub fn run(self) -> anyhow::Result<u8> {
         match self {
-            Command::Run(args) => run::run(args),
+            Command::Run(args) => run::run(*args),
+            Command::Contain(args) => args.run(),
             Command::Ledger(c) => c.run(),
             Command::Receipt(c) => c.run(),
             Command::Key(c) => c.run(),
@@ -43,6 +46,7 @@ impl Command {
     pub fn failure_code(&self) -> u8 {
         match self {
             Command::Run(_) => run::EXIT_REFUSED,
+            Command::Contain(_) => 2,
             Command::Ledger(_) | Command::Receipt(_) | Command::Key(_) => 2,
             Command::Policy(_) => 2,
         }

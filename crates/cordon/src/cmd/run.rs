@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use cordon_ledger::Ledger;
 use cordon_policy::{NetMode, units};
-use cordon_runtime::{Evidence, LedgerPosition, NetSpec, Report, RunSpec, Verdict};
+use cordon_runtime::{AllowRule, Evidence, LedgerPosition, NetSpec, Report, RunSpec, Verdict};
 use cordon_sandbox::LinuxBackend;
 
 /// Exit status when cordon refuses or fails a run before the command starts.
@@ -87,6 +87,9 @@ pub struct RunArgs {
     /// Run even when an enforcement asked for is not fully in force (marked in the report)
     #[arg(long)]
     allow_degraded: bool,
+    /// Where active runs are registered for `cordon contain` (root only)
+    #[arg(long, value_name = "DIR", default_value = cordon_sandbox::state::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
     /// Print every mechanism's state and the teardown evidence to standard error
     #[arg(long, short)]
     verbose: bool,
@@ -134,6 +137,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     cordon_sandbox::block_forwarded_signals();
     let exe = std::env::current_exe().context("locating the cordon binary")?;
     let mut backend = LinuxBackend::new(exe);
+    if rustix::process::geteuid().is_root() {
+        let dir = cordon_sandbox::state::StateDir::open(&args.state_dir)?;
+        backend = backend.with_state_dir(dir, Some(ledger_dir.clone()));
+    }
     let report = cordon_runtime::execute(&plan, &mut backend, &mut evidence);
 
     if let Some(mut f) = report_file {
@@ -199,7 +206,7 @@ fn build_spec(args: &RunArgs, cwd: &Path) -> anyhow::Result<RunSpec> {
         any_exec = true;
         exec = e;
     }
-    spec.net = net_spec(policy.network.mode, &policy.network.allow);
+    spec.net = net_spec(policy.network.mode, &policy.network.allow)?;
     spec.limits.memory = policy.limits.memory;
     spec.limits.pids = policy.limits.pids.map(u64::from);
     spec.limits.timeout = policy.limits.timeout;
@@ -216,7 +223,7 @@ fn build_spec(args: &RunArgs, cwd: &Path) -> anyhow::Result<RunSpec> {
     if let Some(net) = &args.net {
         let (mode, allow) =
             cordon_policy::net::parse_net_flag(net).with_context(|| format!("--net {net}"))?;
-        spec.net = net_spec(mode, &allow);
+        spec.net = net_spec(mode, &allow)?;
     }
     if let Some(m) = &args.memory {
         spec.limits.memory = Some(units::parse_size(m).with_context(|| format!("--memory {m}"))?);
@@ -256,12 +263,45 @@ fn builtin_default() -> anyhow::Result<cordon_policy::Policy> {
     )
 }
 
-fn net_spec(mode: NetMode, allow: &[cordon_policy::NetDest]) -> NetSpec {
-    match mode {
+/// The network part of the spec. Host names in an allowlist are resolved here, at launch: the
+/// kernel filters addresses, so each name becomes one rule per address it has now.
+fn net_spec(mode: NetMode, allow: &[cordon_policy::NetDest]) -> anyhow::Result<NetSpec> {
+    use cordon_policy::NetDest;
+    use std::net::ToSocketAddrs;
+    Ok(match mode {
         NetMode::None => NetSpec::None,
         NetMode::Host => NetSpec::Host,
-        NetMode::Allow => NetSpec::Allow(allow.iter().map(|d| d.to_string()).collect()),
-    }
+        NetMode::Allow => {
+            let mut rules = Vec::new();
+            for dest in allow {
+                match dest {
+                    NetDest::Cidr { net, port } => rules.push(AllowRule {
+                        net: net.addr(),
+                        prefix: net.prefix(),
+                        port: *port,
+                        source: dest.to_string(),
+                    }),
+                    NetDest::Host { name, port } => {
+                        let addrs = (name.as_str(), port.unwrap_or(0))
+                            .to_socket_addrs()
+                            .with_context(|| {
+                                format!("resolving {name} for the egress allowlist")
+                            })?;
+                        for a in addrs {
+                            let ip = a.ip();
+                            rules.push(AllowRule {
+                                net: ip,
+                                prefix: if ip.is_ipv4() { 32 } else { 128 },
+                                port: *port,
+                                source: dest.to_string(),
+                            });
+                        }
+                    }
+                }
+            }
+            NetSpec::Allow(rules)
+        }
+    })
 }
 
 fn load_policy(path: &Path) -> anyhow::Result<cordon_policy::Policy> {

@@ -211,9 +211,21 @@ fn every_run_is_recorded_in_the_ledger() {
     assert_eq!(end["data"]["run_id"], r.report["run_id"]);
     assert_eq!(r.report["ledger"]["seq"], end["seq"]);
     assert_eq!(r.report["ledger"]["head"], end["hash"]);
-    let start = &entries[entries.len() - 2];
-    assert_eq!(start["kind"], "run.start");
+    let start_at = entries
+        .iter()
+        .rposition(|e| e["kind"] == "run.start")
+        .unwrap();
+    let start = &entries[start_at];
     assert_eq!(start["data"]["spec_hash"], r.report["spec_hash"]);
+    // Between start and end: what the kernel saw the run do, never what it said about itself.
+    let execs: Vec<&serde_json::Value> = entries[start_at..]
+        .iter()
+        .filter(|e| e["kind"] == "host.exec" && e["data"]["probe"] == false)
+        .collect();
+    assert!(
+        execs.iter().any(|e| e["data"]["path"] == "/bin/sleep"),
+        "no host-observed exec of /bin/sleep between the run's start and end: {execs:?}"
+    );
     let providers: Vec<&str> = end["data"]["enforcement"]
         .as_array()
         .unwrap()

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod contain;
 mod escape;
 mod lifecycle;
 mod resources;

@@ -1,0 +1,93 @@
+//! Containment latency: from the call to verified dead (and egress blocked, when the run has an
+//! egress provider), for process trees of 1, 10 and 100. Root only.
+//!
+//! `cargo bench -p cordon-sandbox --bench contain` (criterion), which also prints the median and
+//! p90 of the raw samples.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+
+use cordon_sandbox::cgroup::{CgroupLimits, Layout, RunCgroup};
+use cordon_sandbox::contain::contain;
+
+/// A cgroup holding a tree of `n` sleeping processes.
+fn tree(layout: &Layout, n: usize, i: u64) -> (RunCgroup, Child) {
+    let cg = RunCgroup::create(
+        layout,
+        &format!("bench-{}-{n}-{i}", std::process::id()),
+        CgroupLimits::default(),
+    )
+    .expect("creating a cgroup (run as root)");
+    let script = format!(
+        "echo $$ > {} && for i in $(seq 2 {n}); do sleep 1000 & done; exec sleep 1000",
+        cg.v2.join("cgroup.procs").display()
+    );
+    let child = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    while cg.procs().unwrap().len() < n {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (cg, child)
+}
+
+fn containment(c: &mut Criterion) {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP containment benchmark: needs root");
+        return;
+    }
+    let layout = Layout::detect().unwrap();
+    let mut group = c.benchmark_group("contain");
+    group.sample_size(20);
+    group.measurement_time(Duration::from_secs(8));
+    let mut counter = 0u64;
+    for n in [1usize, 10, 100] {
+        let mut samples: Vec<Duration> = Vec::new();
+        group.bench_with_input(BenchmarkId::new("verified-dead", n), &n, |b, &n| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    counter += 1;
+                    let (cg, mut child) = tree(&layout, n, counter);
+                    let t = Instant::now();
+                    let outcome = contain(&cg, None);
+                    let took = t.elapsed();
+                    assert!(outcome.complete(), "{outcome:#?}");
+                    if std::env::var_os("CORDON_BENCH_STEPS").is_some() {
+                        let at: Vec<String> = outcome
+                            .steps
+                            .iter()
+                            .map(|s| format!("{}@{}", s.action, s.at_us))
+                            .collect();
+                        eprintln!("n={n} {}", at.join(" "));
+                    }
+                    total += took;
+                    samples.push(took);
+                    let _ = child.wait();
+                    let mut steps = Vec::new();
+                    cg.teardown(&mut steps);
+                }
+                total
+            });
+        });
+        if samples.is_empty() {
+            continue; // filtered out on the command line
+        }
+        samples.sort();
+        let pct = |percent: usize| samples[(samples.len() - 1) * percent / 100];
+        println!(
+            "contain {n:>3} processes: median {:.3} ms, p90 {:.3} ms over {} containments",
+            pct(50).as_secs_f64() * 1e3,
+            pct(90).as_secs_f64() * 1e3,
+            samples.len()
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, containment);
+criterion_main!(benches);

@@ -1,0 +1,105 @@
+//! `cordon contain`: an active run is found, contained, and its ledger tells the story.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::*;
+
+#[test]
+fn contain_stops_an_active_run_and_records_every_step() {
+    if !privileged("contain_stops_an_active_run_and_records_every_step") {
+        return;
+    }
+    let area = Area::new();
+    let marker = format!("9{}.777", std::process::id() % 1000);
+    let script = format!("for i in 1 2 3; do sleep {marker} & done; exec sleep {marker}");
+    let run = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["run", "--ledger"])
+        .arg(area.path("ledger"))
+        .arg("--report")
+        .arg(area.path("report.json"))
+        .args(["--", "/bin/sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Find the run: its processes carry the marker; its id is in the state directory.
+    let mut run_id = None;
+    for _ in 0..500 {
+        if host_processes_with(&marker).len() >= 4 {
+            let list = Command::new(env!("CARGO_BIN_EXE_cordon"))
+                .args(["contain", "--list"])
+                .output()
+                .unwrap();
+            for line in stdout(&list).lines() {
+                let id = line.split('\t').next().unwrap();
+                let state = std::fs::read_to_string(format!("/run/cordon/runs/{id}.json"))
+                    .unwrap_or_default();
+                if state.contains(area.path("ledger").to_str().unwrap()) {
+                    run_id = Some(id.to_owned());
+                }
+            }
+            if run_id.is_some() {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let run_id = run_id.expect("the run never appeared in the state directory");
+    // Negative control: the run's processes are alive before containment.
+    assert!(host_processes_with(&marker).len() >= 4);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["contain", &run_id])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["complete"], true, "{report}");
+    assert_eq!(report["verified_dead"], true);
+    assert!(
+        report["processes"].as_array().unwrap().len() >= 5,
+        "{report}"
+    );
+    assert!(
+        host_processes_with(&marker).is_empty(),
+        "containment left processes alive"
+    );
+
+    let run = run.wait_with_output().unwrap();
+    assert_eq!(run.status.code(), Some(137), "{run:?}");
+    let rep: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(area.path("report.json")).unwrap()).unwrap();
+    assert_eq!(rep["verdict"], "KILLED");
+    assert_eq!(rep["reasons"][0], "killed: containment", "{rep}");
+
+    let ledger = std::fs::read_to_string(area.path("ledger/ledger.jsonl")).unwrap();
+    let kinds: Vec<String> = ledger
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    for k in [
+        "run.start",
+        "contain.start",
+        "contain.step",
+        "contain.end",
+        "run.end",
+    ] {
+        assert!(kinds.iter().any(|x| x == k), "{k} missing from {kinds:?}");
+    }
+    assert_eq!(kinds.iter().filter(|k| *k == "contain.step").count(), 5);
+    // Contained runs are gone from the state directory.
+    assert!(!std::path::Path::new(&format!("/run/cordon/runs/{run_id}.json")).exists());
+    // An unknown run is unusable input.
+    let none = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["contain", "r0-00000000"])
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(2), "{none:?}");
+}
