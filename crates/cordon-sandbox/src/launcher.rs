@@ -1154,3 +1154,60 @@ fn processes_in_pid_ns(ns: u64) -> usize {
         .filter(|pid| ns_inode(*pid, "pid") == Some(ns))
         .count()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host-side check must not pass a process that is not confined: run against a plain
+    /// `sleep` (the negative control of every ENFORCED it reports for a real run), each
+    /// mechanism reports VERIFICATION_FAILED.
+    #[test]
+    fn host_side_verification_fails_an_unconfined_process() {
+        if !rustix::process::geteuid().is_root() {
+            let msg = "SKIP host_side_verification_fails_an_unconfined_process: needs root";
+            if std::env::var_os("CORDON_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
+                panic!("{msg}; CORDON_REQUIRE_PRIVILEGED=1 turns this skip into a failure");
+            }
+            eprintln!("{msg}");
+            return;
+        }
+        let plan = cordon_runtime::RunSpec {
+            command: vec!["/bin/true".into()],
+            read: vec!["/usr".into()],
+            base_dir: std::env::temp_dir(),
+            ..cordon_runtime::RunSpec::default()
+        }
+        .validate("t")
+        .unwrap();
+        let mut sleeper = std::process::Command::new("/bin/sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(sleeper.id()).unwrap();
+        let ready = ("full".to_owned(), 7, 3, 10, true);
+        let reports = verify(pid, &plan, &ready, true, None);
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        let state = |name: &str| {
+            reports
+                .iter()
+                .find(|p| p.provider == name)
+                .map(|p| p.state)
+                .unwrap_or_else(|| panic!("no {name} in {reports:?}"))
+        };
+        for name in [
+            "namespaces",
+            "capabilities",
+            "no_new_privs",
+            "seccomp",
+            "cgroup",
+        ] {
+            assert_eq!(
+                state(name),
+                EnforcementState::VerificationFailed,
+                "{name}: {reports:?}"
+            );
+        }
+    }
+}

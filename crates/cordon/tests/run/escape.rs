@@ -282,8 +282,10 @@ fn reach_host_unix_sockets() {
     assert_eq!(stdout(&host(&strs(&probe))).trim(), "OK");
     let r = area.run(&[], &strs(&probe));
     assert_eq!(r.ok().trim(), "ERR ECONNREFUSED", "{}", r.explain());
-    let r = area.run(&["--net", "host"], &strs(&probe));
-    assert_eq!(r.ok().trim(), "ERR EPERM", "{}", r.explain());
+    for net in ["host", "allow:192.0.2.0/24"] {
+        let r = area.run(&["--net", net], &strs(&probe));
+        assert_eq!(r.ok().trim(), "ERR EPERM", "--net {net}: {}", r.explain());
+    }
     drop((listener, abstract_listener));
 }
 
@@ -545,4 +547,52 @@ fn standard_streams_pass_through() {
         .unwrap();
     assert!(child.wait().unwrap().success());
     assert_eq!(out, "HELLO\n");
+}
+
+/// `--net allow:`: the host's network, but only the destinations listed; every attempt, allowed or
+/// refused, is in the ledger as the kernel saw it.
+#[test]
+fn egress_allowlist_lets_through_only_what_it_lists() {
+    if !privileged("egress_allowlist_lets_through_only_what_it_lists") {
+        return;
+    }
+    let area = Area::new();
+    let allowed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (pa, pr) = (
+        allowed.local_addr().unwrap().port(),
+        refused.local_addr().unwrap().port(),
+    );
+    let probe = |port: u16| {
+        py(&format!(
+            "s = socket.socket()\ns.settimeout(5)\ns.connect(('127.0.0.1', {port}))\nprint('OK')"
+        ))
+    };
+    // Negative control: both are reachable from the host.
+    assert_eq!(stdout(&host(&strs(&probe(pa)))).trim(), "OK");
+    assert_eq!(stdout(&host(&strs(&probe(pr)))).trim(), "OK");
+    let net = format!("allow:127.0.0.1/32:{pa}");
+    let r = area.run(&["--net", &net], &strs(&probe(pa)));
+    assert_eq!(r.ok().trim(), "OK", "{}", r.explain());
+    let r = area.run(&["--net", &net], &strs(&probe(pr)));
+    assert_eq!(r.ok().trim(), "ERR EPERM", "{}", r.explain());
+    let egress = r.report["enforcement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["provider"] == "egress")
+        .cloned()
+        .unwrap();
+    assert_eq!(egress["state"], "ENFORCED", "{egress}");
+    // The refused attempt is in the ledger, seen by the kernel, not labelled as a probe.
+    let ledger = fs::read_to_string(area.path("ledger/ledger.jsonl")).unwrap();
+    let refused_seen = ledger.lines().any(|l| {
+        let e: serde_json::Value = serde_json::from_str(l).unwrap();
+        e["kind"] == "host.connect"
+            && e["data"]["port"] == pr
+            && e["data"]["allowed"] == false
+            && e["data"]["probe"] == false
+    });
+    assert!(refused_seen, "the refused connect is not in the ledger");
+    drop((allowed, refused));
 }
