@@ -133,8 +133,8 @@ fn every_acknowledged_entry_survives_kill_9_at_random_moments() {
         }
     }
     assert!(
-        acked.len() > 100,
-        "the writer made too little progress to test anything"
+        acked.len() >= rounds,
+        "every round acknowledged at least one entry"
     );
     eprintln!(
         "crash test: {rounds} kills, {} acknowledged entries, {repairs} repairs",
