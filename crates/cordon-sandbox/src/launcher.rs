@@ -406,42 +406,43 @@ impl Starting {
         }
 
         let mut status = BufReader::new(File::from(status_r));
-        let ready = match read_message(&mut status).map_err(err("status"))? {
-            Some(Message::Ready {
-                landlock,
-                landlock_abi,
-                seccomp_programs,
-                mounts,
-                groups_dropped,
-                timings,
-            }) => {
-                self.timings.push((
-                    "init exec and boundary".to_owned(),
-                    micros(t_init.elapsed()),
-                ));
-                self.timings
-                    .extend(timings.into_iter().map(|(k, v)| (format!("  {k}"), v)));
-                (
+        let ready =
+            match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
+                Some(Message::Ready {
                     landlock,
                     landlock_abi,
                     seccomp_programs,
                     mounts,
                     groups_dropped,
-                )
-            }
-            Some(Message::Error { stage, message }) => {
-                return Err(BackendError::new(stage, message));
-            }
-            Some(other) => {
-                return Err(BackendError::new("init", format!("unexpected {other:?}")));
-            }
-            None => {
-                return Err(BackendError::new(
-                    "init",
-                    "exited before the boundary was built",
-                ));
-            }
-        };
+                    timings,
+                }) => {
+                    self.timings.push((
+                        "init exec and boundary".to_owned(),
+                        micros(t_init.elapsed()),
+                    ));
+                    self.timings
+                        .extend(timings.into_iter().map(|(k, v)| (format!("  {k}"), v)));
+                    (
+                        landlock,
+                        landlock_abi,
+                        seccomp_programs,
+                        mounts,
+                        groups_dropped,
+                    )
+                }
+                Some(Message::Error { stage, message }) => {
+                    return Err(BackendError::new(stage, message));
+                }
+                Some(other) => {
+                    return Err(BackendError::new("init", format!("unexpected {other:?}")));
+                }
+                None => {
+                    return Err(BackendError::new(
+                        "init",
+                        "exited before the boundary was built",
+                    ));
+                }
+            };
 
         // Check the boundary from the host before anything of the command runs.
         let mut enforcement = verify(pid, plan, &ready, backend.privileged, self.cgroup.as_ref());
@@ -487,27 +488,28 @@ impl Starting {
 
         sync.write_all(&[GO_EXEC]).map_err(err("sync"))?;
         drop(sync);
-        let start = match read_message(&mut status).map_err(err("status"))? {
-            Some(Message::Started { .. }) => None,
-            Some(Message::ExecFailed { errno, command }) => {
-                let code = if errno == libc::ENOENT { 127 } else { 126 };
-                let what = if code == 127 {
-                    "command not found"
-                } else {
-                    "command not executable"
-                };
-                Some(Outcome::NotStarted {
-                    code,
-                    reason: format!("{what}: {command}: {}", sys::errno_name(errno)),
-                })
-            }
-            Some(Message::Error { stage, message }) => {
-                return Err(BackendError::new(stage, message));
-            }
-            other => {
-                return Err(BackendError::new("init", format!("unexpected {other:?}")));
-            }
-        };
+        let start =
+            match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
+                Some(Message::Started { .. }) => None,
+                Some(Message::ExecFailed { errno, command }) => {
+                    let code = if errno == libc::ENOENT { 127 } else { 126 };
+                    let what = if code == 127 {
+                        "command not found"
+                    } else {
+                        "command not executable"
+                    };
+                    Some(Outcome::NotStarted {
+                        code,
+                        reason: format!("{what}: {command}: {}", sys::errno_name(errno)),
+                    })
+                }
+                Some(Message::Error { stage, message }) => {
+                    return Err(BackendError::new(stage, message));
+                }
+                other => {
+                    return Err(BackendError::new("init", format!("unexpected {other:?}")));
+                }
+            };
 
         self.timings.push((
             "fork and exec of the command".to_owned(),
@@ -555,6 +557,39 @@ fn write_id_maps(pid: i32, plan: &Plan, privileged: bool) -> io::Result<()> {
         format!("{} {} 1\n", id.gid, id.host_gid),
     )?;
     Ok(())
+}
+
+/// How long init may take to build the boundary or start the command before the launch is
+/// abandoned (a mount that hangs, a kernel that stalls): the run is then killed and refused.
+const INIT_REPORT_LIMIT: Duration = Duration::from_secs(30);
+
+/// [`read_message`], giving up with `TimedOut` when nothing arrives within `limit`.
+fn read_message_within(r: &mut BufReader<File>, limit: Duration) -> io::Result<Option<Message>> {
+    use rustix::event::{PollFd, PollFlags, poll};
+    if r.buffer().is_empty() {
+        let ts = rustix::time::Timespec {
+            tv_sec: i64::try_from(limit.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(limit.subsec_nanos()),
+        };
+        loop {
+            let mut fds = [PollFd::new(r.get_ref(), PollFlags::IN)];
+            match poll(&mut fds, Some(&ts)) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "the sandbox's init reported nothing for {} s",
+                            limit.as_secs()
+                        ),
+                    ));
+                }
+                Ok(_) => break,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    read_message(r)
 }
 
 fn read_message(r: &mut BufReader<File>) -> io::Result<Option<Message>> {
