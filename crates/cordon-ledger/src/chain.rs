@@ -134,7 +134,10 @@ pub(crate) enum Line<'a> {
     Torn(u64),
 }
 
+/// The buffer grows from [`FIRST_BUF`] to [`READ_BUF`] as input keeps
+/// filling it, so a small ledger (or a fuzz input) does not pay for 4 MiB.
 const READ_BUF: usize = 4 << 20;
+const FIRST_BUF: usize = 64 << 10;
 
 /// Splits a byte stream into lines of at most [`MAX_LINE`] bytes, holding at
 /// most one buffer of memory whatever the input.
@@ -152,7 +155,7 @@ impl<R: Read> LineReader<R> {
     pub(crate) fn new(r: R) -> Self {
         LineReader {
             r,
-            buf: vec![0; READ_BUF],
+            buf: vec![0; FIRST_BUF],
             start: 0,
             end: 0,
             eof: false,
@@ -166,6 +169,10 @@ impl<R: Read> LineReader<R> {
             self.end -= self.start;
             self.start = 0;
         }
+        if self.end == self.buf.len() && self.buf.len() < READ_BUF {
+            // Full even after compaction: a long line.
+            self.buf.resize((self.buf.len() * 2).min(READ_BUF), 0);
+        }
         while self.end < self.buf.len() {
             match self.r.read(&mut self.buf[self.end..]) {
                 Ok(0) => {
@@ -174,6 +181,11 @@ impl<R: Read> LineReader<R> {
                 }
                 Ok(n) => {
                     self.end += n;
+                    if self.end == self.buf.len() && self.buf.len() < READ_BUF {
+                        // The input outran the buffer: a large ledger, so
+                        // fewer, larger reads from now on.
+                        self.buf.resize((self.buf.len() * 2).min(READ_BUF), 0);
+                    }
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -161,6 +161,8 @@ impl Receipt {
             Some(_) => return Err(err("payload must be an object".to_owned())),
             None => return Err(err("missing field \"payload\"".to_owned())),
         };
+        // What cannot be canonicalized cannot have been signed.
+        jcs::to_vec(&Value::Object(payload.clone())).map_err(|e| err(format!("payload: {e}")))?;
         Ok(Receipt {
             alg,
             key_id,
