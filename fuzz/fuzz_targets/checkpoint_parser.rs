@@ -10,7 +10,11 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     if let Ok(note) = Note::parse(data) {
         let printed = note.to_string();
-        assert_eq!(printed.as_bytes(), data, "a parsed note prints back differently");
+        assert_eq!(
+            printed.as_bytes(),
+            data,
+            "a parsed note prints back differently"
+        );
         assert_eq!(Note::parse(printed.as_bytes()).unwrap(), note);
     }
     if let Ok(cp) = SignedCheckpoint::parse(data) {

@@ -23,12 +23,14 @@ fuzz_target!(|data: &[u8]| {
                 let again = check_line(&e.canonical(true).unwrap()).unwrap();
                 assert_eq!(again.computed, c.computed);
             }
-            Err(_) => assert!(Entry::parse(line).is_err() || {
-                // The parser may accept what cannot be canonicalized
-                // (a number out of the ledger's range): check_line must
-                // then have failed in canonicalization.
-                Entry::parse(line).unwrap().canonical(true).is_err()
-            }),
+            Err(_) => assert!(
+                Entry::parse(line).is_err() || {
+                    // The parser may accept what cannot be canonicalized
+                    // (a number out of the ledger's range): check_line must
+                    // then have failed in canonicalization.
+                    Entry::parse(line).unwrap().canonical(true).is_err()
+                }
+            ),
         }
     }
 });
