@@ -184,6 +184,20 @@ impl StateDir {
         })
     }
 
+    /// Removes entries of runs whose cgroup is gone or is no longer theirs (their cordon was
+    /// killed before its teardown). Returns the run ids removed.
+    pub fn prune(&self) -> Vec<String> {
+        let mut removed = Vec::new();
+        for r in self.list() {
+            let alive = fs::metadata(&r.cgroup.v2).is_ok_and(|m| m.ino() == r.cgroup.id);
+            if !alive {
+                self.remove(&r.run_id);
+                removed.push(r.run_id);
+            }
+        }
+        removed
+    }
+
     /// Every registered run (entries that do not parse are skipped).
     pub fn list(&self) -> Vec<RunState> {
         let mut out: Vec<RunState> = fs::read_dir(&self.path)
@@ -276,6 +290,13 @@ mod tests {
         d.mark_contained("r1-abc").unwrap();
         assert!(d.is_contained("r1-abc"));
         d.remove("r1-abc");
+        assert!(matches!(
+            d.load("r1-abc"),
+            Err(StateError::NoSuchRun { .. })
+        ));
+        // An entry whose cgroup is gone (its cordon died before teardown) is pruned.
+        d.register(&state).unwrap();
+        assert_eq!(d.prune(), vec!["r1-abc".to_owned()]);
         assert!(matches!(
             d.load("r1-abc"),
             Err(StateError::NoSuchRun { .. })

@@ -54,6 +54,8 @@ impl ContainArgs {
     /// Runs the command.
     pub fn run(self) -> anyhow::Result<u8> {
         let dir = StateDir::open(&self.state_dir)?;
+        // Entries of runs whose cordon died before its teardown point at nothing: drop them.
+        dir.prune();
         if self.list {
             for r in dir.list() {
                 println!(

@@ -139,6 +139,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let mut backend = LinuxBackend::new(exe);
     if rustix::process::geteuid().is_root() {
         let dir = cordon_sandbox::state::StateDir::open(&args.state_dir)?;
+        dir.prune();
         backend = backend.with_state_dir(dir, Some(ledger_dir.clone()));
     }
     let report = cordon_runtime::execute(&plan, &mut backend, &mut evidence);
