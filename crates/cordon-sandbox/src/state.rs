@@ -285,7 +285,7 @@ mod tests {
         };
         d.register(&state).unwrap();
         assert_eq!(d.load("r1-abc").unwrap(), state);
-        assert_eq!(d.list(), vec![state]);
+        assert_eq!(d.list(), vec![state.clone()]);
         assert!(!d.is_contained("r1-abc"));
         d.mark_contained("r1-abc").unwrap();
         assert!(d.is_contained("r1-abc"));
