@@ -13,6 +13,10 @@
 #define CORDON_MAX_PORTS 16
 /* Most prefixes per address family. */
 #define CORDON_MAX_PREFIXES 1024
+/* Most runs at once on one boot: entries of the shared maps keyed by cgroup id. */
+#define CORDON_MAX_RUNS 4096
+/* Bytes of each observed run's ring buffer. */
+#define CORDON_RING_BYTES (1 << 20)
 
 /* Indices of the `control` array (u32 values). Block-all is one write of index 0. */
 #define CONTROL_BLOCKED 0
@@ -26,7 +30,25 @@
 #define STAT_SKB_INGRESS_DROPPED 3
 #define STATS_LEN 4
 
-/* The single element of the `lost` array counts events the ring buffer had no room for. */
+/*
+ * Runs plug their own maps into the shared programs through slots: each map-in-maps
+ * (ARRAY_OF_MAPS, one entry per slot) holds, at a run's slot, the maps that run
+ * uses. Slots are created once and reused by later runs, because every update of a
+ * map-in-maps from user space waits for an RCU grace period (milliseconds), which a
+ * run must not pay.
+ *
+ * The egress programs are loaded once per boot and attached to every run's cgroup;
+ * each attachment's cgroup storage (`run_of`, shared by the six programs of one
+ * cgroup) says which run it serves: `slot` holds that run's maps, and is valid only
+ * when `valid` is 1 (a new storage is zero: it matches no run, so everything is
+ * refused); `events` is the cgroup id of the observer whose ring buffer gets its
+ * connect events (0: none).
+ */
+struct run_ref {
+	__u32 slot;
+	__u32 valid;
+	__u64 events;
+};
 
 /* LPM trie keys: prefix length in bits, then the address in network order. */
 struct key4 {
@@ -76,6 +98,7 @@ struct exec_event {
 	__u32 _pad;
 	char filename[EXEC_FILENAME_LEN];
 	char args[EXEC_ARGS_LEN];
+	__u64 run; /* the watched cgroup whose ring buffer this copy went to */
 };
 
 struct connect_event {
@@ -87,6 +110,7 @@ struct connect_event {
 	__u8 family;    /* 4 or 6 (as given to the hook) */
 	__u8 mapped;    /* 1: an IPv4-mapped IPv6 address, checked against the IPv4 list */
 	__u8 addr[16];  /* network order; IPv4 in the first 4 bytes */
+	__u64 run;      /* the watched cgroup whose ring buffer this went to */
 };
 
 #endif

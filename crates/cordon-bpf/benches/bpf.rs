@@ -7,9 +7,18 @@
 //!   that watches another cgroup (the cost every process on the host pays), and with an
 //!   observer watching this process's cgroup (events produced and drained).
 //!
+//! - `attach`: what a run pays to set up, check and take down its eBPF pieces: an observer
+//!   (attach + `verify_attached` + release), an egress boundary (attach + `verify`, active
+//!   probe included, + release), and both as `cordon run` uses them (observer, egress with
+//!   it, both checks, both releases). "first_run" cases start each iteration on a freshly
+//!   mounted, empty bpffs — the first run of a boot, which loads the shared programs (kernel
+//!   BTF parse, verifier) — "next_run" cases on the shared programs already loaded. A first
+//!   run inside this process pays aya's one-time feature probe only once (~0.4 ms).
+//!
 //! Criterion measures each case; then an interleaved A/B loop (blocks of the two cases
 //! alternating, medians of the blocks) prints the ratios, so that drift of a shared machine
-//! falls on both sides. Run: `cargo bench -p cordon-bpf --bench bpf`.
+//! falls on both sides, and the attach cases print their medians and 90th percentiles. Run:
+//! `cargo bench -p cordon-bpf --bench bpf`.
 
 use std::fs;
 use std::hint::black_box;
@@ -18,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cordon_bpf::{Allow, Egress, Observer};
+use cordon_bpf::{Allow, Egress, Observer, VerifyState};
 use criterion::Criterion;
 
 fn privileged() -> bool {
@@ -320,6 +329,144 @@ fn exec_bench(c: &mut Criterion, s: &Setup, quick: bool) {
     println!("events lost while benchmarking the watching observer: {lost}");
 }
 
+/// A bpffs mounted on a fresh directory: no shared programs yet, as on a new boot.
+struct FreshBpffs {
+    base: PathBuf,
+    root: PathBuf,
+}
+
+impl FreshBpffs {
+    fn new(n: u32) -> FreshBpffs {
+        let base =
+            std::env::temp_dir().join(format!("cordon-bpf-bench-fs-{}-{n}", std::process::id()));
+        let root = base.join("bpf");
+        fs::create_dir_all(&root).unwrap();
+        cordon_bpf::bpffs::ensure_mounted(&root).expect("mount bpffs");
+        FreshBpffs { base, root }
+    }
+}
+
+impl Drop for FreshBpffs {
+    fn drop(&mut self) {
+        let c = std::ffi::CString::new(self.root.to_str().unwrap()).unwrap();
+        // SAFETY: umount2 of the mount made in `new`, by a NUL-terminated path alive for the
+        // call.
+        unsafe { libc::umount2(c.as_ptr(), 0) };
+        let _ = fs::remove_dir_all(&self.base);
+    }
+}
+
+fn enforced(v: &cordon_bpf::Verification) {
+    assert_eq!(v.state, VerifyState::Enforced, "{}", v.detail);
+}
+
+/// What each attach case does, on bpffs at `root`, for the cgroup `cg`.
+#[derive(Clone, Copy)]
+enum Case {
+    Observer,
+    Egress,
+    Run,
+}
+
+impl Case {
+    fn once(self, root: &Path, run: &str, cg: &Path, allow: &[Allow]) {
+        match self {
+            Case::Observer => {
+                let o = Observer::attach_at(root, run, cg).expect("attach observer");
+                enforced(&o.verify_attached());
+                black_box(o.release().expect("release observer"));
+            }
+            Case::Egress => {
+                let e = Egress::attach_at(root, run, cg, allow, None).expect("attach egress");
+                enforced(&e.verify());
+                e.release().expect("release egress");
+            }
+            Case::Run => {
+                let o = Observer::attach_at(root, run, cg).expect("attach observer");
+                let e = Egress::attach_at(root, run, cg, allow, Some(&o)).expect("attach egress");
+                enforced(&o.verify_attached());
+                enforced(&e.verify());
+                e.release().expect("release egress");
+                black_box(o.release().expect("release observer"));
+            }
+        }
+    }
+}
+
+fn percentiles(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[(v.len() * 9 / 10).min(v.len() - 1)])
+}
+
+fn attach_bench(c: &mut Criterion, s: &Setup, quick: bool) {
+    let allow = [Allow::new("192.0.2.0".parse().unwrap(), 24, None)];
+    let cg = s.elsewhere.clone();
+    let default_root = Path::new(cordon_bpf::bpffs::DEFAULT_ROOT);
+    let n = std::cell::Cell::new(0u32);
+    let next = || {
+        n.set(n.get() + 1);
+        format!("bench-a-{}-{}", std::process::id(), n.get())
+    };
+    let first = |case: Case| {
+        let fresh = FreshBpffs::new(n.get());
+        let run = next();
+        let t = Instant::now();
+        case.once(&fresh.root, &run, &cg, &allow);
+        let d = t.elapsed();
+        drop(fresh);
+        d
+    };
+    let later = |case: Case| {
+        let run = next();
+        let t = Instant::now();
+        case.once(default_root, &run, &cg, &allow);
+        t.elapsed()
+    };
+    // The shared programs on the default bpffs exist from here on.
+    later(Case::Run);
+    let cases = [
+        ("observer", Case::Observer),
+        ("egress", Case::Egress),
+        ("run", Case::Run),
+    ];
+    let mut g = c.benchmark_group("attach");
+    g.sample_size(10);
+    for (name, case) in cases {
+        g.bench_function(format!("{name}_first_run"), |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| first(case)).sum())
+        });
+    }
+    g.finish();
+    let mut g = c.benchmark_group("attach");
+    for (name, case) in cases {
+        g.bench_function(format!("{name}_next_run"), |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| later(case)).sum())
+        });
+    }
+    // The active probe alone, on an attached boundary.
+    let e = Egress::attach(&next(), &cg, &allow, None).expect("attach egress");
+    g.bench_function("egress_verify_probe", |b| {
+        b.iter(|| enforced(&e.verify_probe()))
+    });
+    g.bench_function("egress_verify_attached", |b| {
+        b.iter(|| enforced(&e.verify_attached()))
+    });
+    e.release().expect("release egress");
+    g.finish();
+    if quick {
+        return;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    for (name, case) in cases {
+        let (f50, f90) = percentiles((0..10).map(|_| ms(first(case))).collect());
+        let (n50, n90) = percentiles((0..200).map(|_| ms(later(case))).collect());
+        println!(
+            "per-run {name} (attach + verify + release): first run of a boot median {f50:.2} ms (p90 {f90:.2}), next runs median {n50:.3} ms (p90 {n90:.3}), ratio {:.0}",
+            f50 / n50
+        );
+    }
+}
+
 fn main() {
     let listing = std::env::args().any(|a| a == "--list");
     // `cargo test --benches` / nextest run each benchmark once: no ratio loops then.
@@ -337,6 +484,14 @@ fn main() {
             "exec/without_observer",
             "exec/observer_elsewhere",
             "exec/observer_watching",
+            "attach/observer_first_run",
+            "attach/egress_first_run",
+            "attach/run_first_run",
+            "attach/observer_next_run",
+            "attach/egress_next_run",
+            "attach/run_next_run",
+            "attach/egress_verify_probe",
+            "attach/egress_verify_attached",
         ] {
             println!("{name}: benchmark");
         }
@@ -346,6 +501,7 @@ fn main() {
         return;
     }
     let setup = Setup::new();
+    attach_bench(&mut c, &setup, quick);
     connect_bench(&mut c, &setup, quick);
     exec_bench(&mut c, &setup, quick);
     drop(setup);

@@ -1,9 +1,14 @@
-//! The BPF filesystem where a run's links and control map are pinned, so that its egress block
-//! outlives the cordon process: `<root>/cordon/<run_id>/egress/`, `<root>` being `/sys/fs/bpf`.
+//! The BPF filesystem where a run's links and maps are pinned, so that its egress block
+//! outlives the cordon process: `<root>/cordon/<run_id>/egress/` (and, while the observer
+//! lives, `<root>/cordon/<run_id>/observer/`), `<root>` being `/sys/fs/bpf`. The objects shared
+//! by all runs are under `<root>/cordon/shared/` ([`crate::shared`]), a name no run id may
+//! take.
 //!
-//! Pins stay until removed. [`cleanup_stale`] removes the directories of runs whose links the
-//! kernel reports attached to no cgroup any more (the run's cgroup was removed, or the links
-//! were detached) — the kernel, not a list kept by cordon, decides what is stale.
+//! Pins stay until removed. [`cleanup_stale`] removes what runs whose cordon is gone left: the
+//! observer part at once (an observer is useless without its reader), the egress part once the
+//! kernel reports none of its links attached to a cgroup any more (the run's cgroup was
+//! removed, or the links were detached) — the kernel, not a list kept by cordon, decides what
+//! is stale — each with the run's entries in the shared maps.
 
 use std::ffi::CString;
 use std::fs;
@@ -62,7 +67,7 @@ pub enum BpffsError {
     },
     /// A run id that cannot name a directory.
     #[error(
-        "run id {0:?} cannot name a pin directory (empty, '.', '..', '/' or NUL, or over 200 bytes)"
+        "run id {0:?} cannot name a pin directory (empty, \"shared\", or with '.', '/' or NUL, or over 200 bytes)"
     )]
     BadRunId(String),
 }
@@ -143,11 +148,13 @@ fn cstring(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
 }
 
-/// Checks that a run id can name one directory.
+/// Checks that a run id can name one directory of its own: not empty, at most 200 bytes, no
+/// `/` or NUL, no `.` (bpffs refuses names with a dot), and not `shared` (cordon's own
+/// directory, [`crate::shared::SHARED_DIR`]).
 pub fn check_run_id(run_id: &str) -> Result<(), BpffsError> {
     if run_id.is_empty()
-        || run_id == "."
-        || run_id == ".."
+        || run_id == crate::shared::SHARED_DIR
+        || run_id.contains('.')
         || run_id.len() > 200
         || run_id.contains('/')
         || run_id.contains('\0')
@@ -249,7 +256,7 @@ pub(crate) fn remove_part_dir(dir: &Path) -> Result<(), BpffsError> {
     Ok(())
 }
 
-fn remove_tree(dir: &Path) -> Result<(), BpffsError> {
+pub(crate) fn remove_tree(dir: &Path) -> Result<(), BpffsError> {
     let err = |source| BpffsError::Remove {
         path: dir.to_path_buf(),
         source,
@@ -284,18 +291,22 @@ fn remove_tree(dir: &Path) -> Result<(), BpffsError> {
 pub struct StaleRun {
     /// The run id (directory name).
     pub run_id: String,
-    /// Whether it was removed (stale), or kept because a link is still attached.
+    /// Whether its directory was removed (stale), or kept because a link is still attached or
+    /// a live process holds the run.
     pub removed: bool,
     /// Why.
     pub reason: String,
 }
 
-/// Removes `<root>/cordon/<run_id>` directories left by runs that are over: those none of
-/// whose pinned links is attached to a cgroup any more (the kernel reports cgroup id 0 once a
-/// link's cgroup is removed or the link detached), including directories with no links at all
-/// (a start that died before attaching). A run whose links still hold a cgroup is kept, with
-/// its block in force, and so is a run whose handle lives in some process (see [`RunLock`]).
-/// Returns one entry per run directory looked at.
+/// Cleans what runs whose cordon is gone left under `<root>/cordon` (see the module
+/// documentation): in each run directory no live process holds (see [`RunLock`]), the
+/// observer part and its shared entries go at once; the egress part and its shared entries go
+/// when none of its pinned links is attached to a cgroup any more (the kernel reports cgroup
+/// id 0 once a link's cgroup is removed or the link detached), including parts with no links
+/// at all (a start that died before attaching); the run directory goes when empty. A run whose
+/// links still hold a cgroup keeps its egress part, with its block in force. Then the shared
+/// objects of other builds that no live process uses are retired
+/// ([`crate::shared::retire_idle`]). Returns one entry per run directory looked at.
 pub fn cleanup_stale(root: &Path) -> Result<Vec<StaleRun>, BpffsError> {
     let base = root.join("cordon");
     let err = |source| BpffsError::Remove {
@@ -310,10 +321,11 @@ pub fn cleanup_stale(root: &Path) -> Result<Vec<StaleRun>, BpffsError> {
     let mut out = Vec::new();
     for entry in entries {
         let entry = entry.map_err(err)?;
-        if !entry.file_type().map_err(err)?.is_dir() {
+        let run_id = entry.file_name().to_string_lossy().into_owned();
+        // `shared` is cordon's own, not a run.
+        if run_id == crate::shared::SHARED_DIR || !entry.file_type().map_err(err)?.is_dir() {
             continue;
         }
-        let run_id = entry.file_name().to_string_lossy().into_owned();
         let dir = entry.path();
         // A run with a live handle in some process holds a shared lock: not stale.
         let _lock = match lock_dir(&dir, true) {
@@ -329,8 +341,19 @@ pub fn cleanup_stale(root: &Path) -> Result<Vec<StaleRun>, BpffsError> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(source) => return Err(BpffsError::Remove { path: dir, source }),
         };
-        let attached = attached_links(&dir);
+        let observer = dir.join("observer");
+        if observer.exists() {
+            if let Some(cgroup_id) = crate::shared::read_marker(&observer) {
+                crate::shared::forget_observer(root, cgroup_id);
+            }
+            remove_tree(&observer)?;
+        }
+        let egress = dir.join("egress");
+        let attached = attached_links(&egress);
         if attached.is_empty() {
+            if let Some(cgroup_id) = crate::shared::read_marker(&egress) {
+                crate::shared::forget_egress(root, cgroup_id);
+            }
             remove_tree(&dir)?;
             out.push(StaleRun {
                 run_id,
@@ -345,6 +368,7 @@ pub fn cleanup_stale(root: &Path) -> Result<Vec<StaleRun>, BpffsError> {
             });
         }
     }
+    let _ = crate::shared::retire_idle(root);
     Ok(out)
 }
 

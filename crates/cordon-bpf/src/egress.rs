@@ -1,11 +1,15 @@
-//! Egress control of one run's cgroup: load a fresh copy of `bpf/egress.bpf.c` (maps private
-//! to the run), fill the allowlist tries, attach the six programs to the cgroup, pin their
-//! links and the control map under `/sys/fs/bpf/cordon/<run_id>/egress/`.
+//! Egress control of one run's cgroup. The six programs of `bpf/egress.bpf.c` are loaded once
+//! per boot and shared by every run ([`crate::shared`]); a run claims a slot of the shared
+//! map-in-maps, fills the maps at it (the allowlist tries, the control array, counters),
+//! attaches the shared programs to its cgroup with six links, and names its slot in the
+//! attachments' cgroup storage, so the programs use its maps. Links and maps are pinned under
+//! `/sys/fs/bpf/cordon/<run_id>/egress/`.
 //!
-//! Fail closed: if any step of [`Egress::attach`] fails, everything attached so far is
-//! detached and the pins removed before the error returns. Block-all is one map write.
-//! Dropping an [`Egress`] leaves the pins — and so the boundary — in place; [`Egress::release`]
-//! removes them.
+//! Fail closed: the maps are filled before any program is attached (and until the storage
+//! names the slot, its programs match no run and refuse everything); if any step of
+//! [`Egress::attach`] fails, everything attached so far is detached, the entries removed and
+//! the pins removed before the error returns. Block-all is one map write. Dropping an
+//! [`Egress`] leaves the pins — and so the boundary — in place; [`Egress::release`] removes them.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -14,19 +18,17 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use aya::maps::lpm_trie::{Key, LpmTrie};
+use aya::maps::lpm_trie::LpmTrie;
 use aya::maps::{Array, Map, MapData};
-use aya::programs::links::FdLink;
-use aya::programs::{CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, CgroupSockAddr};
-use aya::{Ebpf, EbpfLoader};
 
+use crate::Verification;
 use crate::allowlist::{Allow, AllowlistError, Tries};
 use crate::bpffs::{self, BpffsError, Mounted};
 use crate::observer::Observer;
 use crate::probe::{self, Probe, ProbeKind, ProbeResult};
-use crate::sys::{self, AttachPoint};
+use crate::shared::{self, EgressShared, Generation, SharedError};
+use crate::sys::{self, AttachPoint, RawMap, SysError};
 use crate::wire::{self, ALLOW_VAL_LEN, AllowVal};
-use crate::{EGRESS_OBJECT, Verification};
 
 /// One program of the egress object and where it attaches.
 #[derive(Debug)]
@@ -83,9 +85,9 @@ pub enum EgressError {
         /// Why.
         source: io::Error,
     },
-    /// Loading the object (maps, BTF) failed.
-    #[error("loading the egress object: {0}")]
-    Load(#[source] Box<aya::EbpfError>),
+    /// The shared objects could not be loaded or opened.
+    #[error(transparent)]
+    Shared(#[from] SharedError),
     /// A map is missing or has the wrong type.
     #[error("map {name}: {source}")]
     Map {
@@ -95,18 +97,6 @@ pub enum EgressError {
         #[source]
         source: Box<aya::maps::MapError>,
     },
-    /// A program is missing from the object.
-    #[error("program {0} is missing from the egress object")]
-    MissingProgram(&'static str),
-    /// Loading (verifying) a program failed.
-    #[error("loading program {name}: {source}")]
-    LoadProgram {
-        /// The program.
-        name: &'static str,
-        /// Why (the verifier log is inside).
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
     /// Attaching a program to the cgroup failed.
     #[error("attaching {name} to {path}: {source}")]
     Attach {
@@ -115,8 +105,23 @@ pub enum EgressError {
         /// The cgroup.
         path: PathBuf,
         /// Why.
-        #[source]
-        source: Box<aya::programs::ProgramError>,
+        source: io::Error,
+    },
+    /// The cgroup already has the egress control of another live run.
+    #[error("cgroup {cgroup_id} ({path}) already has the egress control of another run")]
+    CgroupInUse {
+        /// The cgroup's id.
+        cgroup_id: u64,
+        /// Its directory.
+        path: PathBuf,
+    },
+    /// The observer given is under another bpffs root.
+    #[error("the observer's shared objects are in {observer}, not under {root}")]
+    ObserverRoot {
+        /// The observer's generation directory.
+        observer: PathBuf,
+        /// The root asked for.
+        root: PathBuf,
     },
     /// Pinning a link or map failed.
     #[error("pinning {name} at {path}: {source}")]
@@ -126,8 +131,7 @@ pub enum EgressError {
         /// The pin path.
         path: PathBuf,
         /// Why.
-        #[source]
-        source: Box<aya::pin::PinError>,
+        source: io::Error,
     },
     /// Opening a pinned object failed.
     #[error("opening pin {path}: {source}")]
@@ -177,7 +181,7 @@ struct Attached {
     hook: &'static HookSpec,
     prog_id: u32,
     pin: PathBuf,
-    /// The link, opened from its pin (keeps it alive even if the pin is removed by others).
+    /// The link (keeps it alive even if the pin is removed by others).
     link: OwnedFd,
 }
 
@@ -207,8 +211,15 @@ pub struct Egress {
     stats: Array<MapData, u64>,
     allow4: LpmTrie<MapData, [u8; 4], [u8; ALLOW_VAL_LEN]>,
     allow6: LpmTrie<MapData, [u8; 16], [u8; ALLOW_VAL_LEN]>,
-    /// Keeps the programs loaded for as long as the handle lives.
-    _bpf: Ebpf,
+    /// The ids of the run's maps, in [`shared::EGRESS_INNER`] order.
+    inner_ids: [u32; 4],
+    /// The slot they are at.
+    slot: u32,
+    /// The `run_ref` written to the attachments' storage.
+    run_ref: [u8; shared::RUN_REF_LEN],
+    shared: EgressShared,
+    /// Holds the shared objects' generation (it is not retired while a handle lives).
+    _generation: Generation,
     /// Marks the run as live for `cleanup_stale` in other processes.
     _lock: bpffs::RunLock,
     /// Whether this handle set block-all (verification then requires it still set).
@@ -230,6 +241,43 @@ impl std::fmt::Debug for Egress {
 /// Path of the run's egress pin directory under `root` (`<root>/cordon/<run_id>/egress`).
 pub fn pin_dir(root: &Path, run_id: &str) -> PathBuf {
     bpffs::run_dir(root, run_id).join("egress")
+}
+
+/// What `build` made, before it becomes an [`Egress`].
+struct Built {
+    attached: Vec<Attached>,
+    inner: Vec<OwnedFd>,
+    inner_ids: [u32; 4],
+    slot: u32,
+    run_ref: [u8; shared::RUN_REF_LEN],
+}
+
+/// The run's maps as aya handles (for the tries, the control flag and the counters).
+#[allow(clippy::type_complexity)]
+fn typed(
+    inner: Vec<OwnedFd>,
+) -> Result<
+    (
+        LpmTrie<MapData, [u8; 4], [u8; ALLOW_VAL_LEN]>,
+        LpmTrie<MapData, [u8; 16], [u8; ALLOW_VAL_LEN]>,
+        Array<MapData, u32>,
+        Array<MapData, u64>,
+    ),
+    EgressError,
+> {
+    let mut it = inner.into_iter();
+    let mut next = |name: &'static str| {
+        let fd = it.next().ok_or(EgressError::Map {
+            name,
+            source: Box::new(aya::maps::MapError::InvalidName { name: name.into() }),
+        })?;
+        MapData::from_fd(fd).map_err(map_err(name))
+    };
+    let allow4 = LpmTrie::try_from(Map::LpmTrie(next("allow4")?)).map_err(map_err("allow4"))?;
+    let allow6 = LpmTrie::try_from(Map::LpmTrie(next("allow6")?)).map_err(map_err("allow6"))?;
+    let control = Array::try_from(Map::Array(next("control")?)).map_err(map_err("control"))?;
+    let stats = Array::try_from(Map::Array(next("stats")?)).map_err(map_err("stats"))?;
+    Ok((allow4, allow6, control, stats))
 }
 
 impl Egress {
@@ -262,6 +310,7 @@ impl Egress {
         observer: Option<&Observer>,
     ) -> Result<Egress, EgressError> {
         let tries = Tries::build(allow)?;
+        bpffs::check_run_id(run_id)?;
         let cgroup_id = std::fs::metadata(cgroup_dir)
             .map_err(|source| EgressError::Cgroup {
                 path: cgroup_dir.to_path_buf(),
@@ -270,176 +319,259 @@ impl Egress {
             .ino();
         let cgroup_fd = sys::open_cgroup(cgroup_dir)?;
         let mounted = bpffs::ensure_mounted(root)?;
+        // With an observer, the same generation as its own: the programs must deliver into
+        // the `rings` map that holds its ring buffer.
+        let (generation, shared) = match observer {
+            Some(o) => {
+                let generation = o
+                    .generation()
+                    .try_clone()
+                    .map_err(|source| SharedError::Io {
+                        op: "sharing the lock of",
+                        path: o.generation().dir().to_path_buf(),
+                        source,
+                    })?;
+                if generation.dir() != shared::generation_dir(root) {
+                    return Err(EgressError::ObserverRoot {
+                        observer: generation.dir().to_path_buf(),
+                        root: root.to_path_buf(),
+                    });
+                }
+                let shared = generation.egress()?;
+                (generation, shared)
+            }
+            None => Generation::take(root, Generation::egress)?,
+        };
+        let events = observer.map_or(0, Observer::cgroup_id);
         let (dir, lock) = bpffs::create_part_dir(root, run_id, "egress")?;
-        match Self::build(&dir, cgroup_dir, cgroup_fd, &tries, observer) {
-            Ok((bpf, attached, maps)) => Ok(Egress {
-                run_id: run_id.to_owned(),
-                cgroup_dir: cgroup_dir.to_path_buf(),
-                cgroup_id,
-                pin_dir: dir,
-                bpffs: mounted,
-                tries,
-                attached,
-                control: maps.0,
-                stats: maps.1,
-                allow4: maps.2,
-                allow6: maps.3,
-                _bpf: bpf,
-                _lock: lock,
-                block_requested: false,
-            }),
+        let mut built = Self::build(
+            &dir, cgroup_dir, cgroup_id, &cgroup_fd, &tries, events, &shared,
+        );
+        if matches!(built, Err(EgressError::CgroupInUse { .. })) {
+            // Perhaps a run whose cgroup lost its links left the entries: clean up once, then
+            // try again.
+            let _ = bpffs::cleanup_stale(root);
+            built = Self::build(
+                &dir, cgroup_dir, cgroup_id, &cgroup_fd, &tries, events, &shared,
+            );
+        }
+        let built = built.and_then(|b| {
+            let (allow4, allow6, control, stats) = typed(b.inner)?;
+            Ok((
+                b.attached,
+                b.inner_ids,
+                b.slot,
+                b.run_ref,
+                allow4,
+                allow6,
+                control,
+                stats,
+            ))
+        });
+        match built {
+            Ok((attached, inner_ids, slot, run_ref, allow4, allow6, control, stats)) => {
+                Ok(Egress {
+                    run_id: run_id.to_owned(),
+                    cgroup_dir: cgroup_dir.to_path_buf(),
+                    cgroup_id,
+                    pin_dir: dir,
+                    bpffs: mounted,
+                    tries,
+                    attached,
+                    control,
+                    stats,
+                    allow4,
+                    allow6,
+                    inner_ids,
+                    slot,
+                    run_ref,
+                    shared,
+                    _generation: generation,
+                    _lock: lock,
+                    block_requested: false,
+                })
+            }
             Err(e) => {
-                // Fail closed: the pins are the only references that outlive this function
-                // (the links' descriptors close as `build` unwinds), so removing them detaches
-                // everything that was attached.
+                // Fail closed: `build` undid its links and entries; the pins are the only
+                // references left that outlive this function.
                 let _ = bpffs::remove_part_dir(&dir);
                 Err(e)
             }
         }
     }
 
-    #[allow(clippy::type_complexity)]
+    /// Claims an egress slot and refills its maps (tries, control, counters), pins them,
+    /// attaches the shared programs to the cgroup (the skb backstop first), pins the links, and
+    /// names the slot in the attachments' storage. On error, undoes what it did (but the pins,
+    /// which the caller removes with the directory).
+    #[allow(clippy::too_many_arguments)]
     fn build(
         dir: &Path,
         cgroup_dir: &Path,
-        cgroup_fd: OwnedFd,
+        cgroup_id: u64,
+        cgroup_fd: &OwnedFd,
         tries: &Tries,
-        observer: Option<&Observer>,
-    ) -> Result<
-        (
-            Ebpf,
-            Vec<Attached>,
-            (
-                Array<MapData, u32>,
-                Array<MapData, u64>,
-                LpmTrie<MapData, [u8; 4], [u8; ALLOW_VAL_LEN]>,
-                LpmTrie<MapData, [u8; 16], [u8; ALLOW_VAL_LEN]>,
-            ),
-        ),
-        EgressError,
-    > {
-        let mut loader = EbpfLoader::new();
-        if let Some(obs) = observer {
-            loader
-                .map_pin_path("events", obs.events_pin())
-                .map_pin_path("lost", obs.lost_pin());
-        }
-        let mut bpf = loader
-            .load(EGRESS_OBJECT)
-            .map_err(|e| EgressError::Load(Box::new(e)))?;
-
-        // Maps first: the programs must never run over an empty allowlist or control map.
-        // Each map is pinned as it is taken, so `block_pinned` and inspection find it.
-        let take = |bpf: &mut Ebpf, name: &'static str| -> Result<Map, EgressError> {
-            let map = bpf.take_map(name).ok_or(EgressError::Map {
-                name,
-                source: Box::new(aya::maps::MapError::InvalidName {
-                    name: name.to_owned(),
-                }),
-            })?;
-            map.pin(dir.join(name)).map_err(|source| EgressError::Pin {
-                name,
-                path: dir.join(name),
-                source: Box::new(source),
-            })?;
-            Ok(map)
-        };
-        let mut allow4: LpmTrie<MapData, [u8; 4], [u8; ALLOW_VAL_LEN]> =
-            LpmTrie::try_from(take(&mut bpf, "allow4")?).map_err(map_err("allow4"))?;
-        let mut allow6: LpmTrie<MapData, [u8; 16], [u8; ALLOW_VAL_LEN]> =
-            LpmTrie::try_from(take(&mut bpf, "allow6")?).map_err(map_err("allow6"))?;
-        let mut control: Array<MapData, u32> =
-            Array::try_from(take(&mut bpf, "control")?).map_err(map_err("control"))?;
-        let stats: Array<MapData, u64> =
-            Array::try_from(take(&mut bpf, "stats")?).map_err(map_err("stats"))?;
-        for ((addr, prefix), val) in &tries.v4 {
-            allow4
-                .insert(&Key::new(u32::from(*prefix), *addr), val.encode(), 0)
-                .map_err(access_err("inserting into", "allow4"))?;
-        }
-        for ((addr, prefix), val) in &tries.v6 {
-            allow6
-                .insert(&Key::new(u32::from(*prefix), *addr), val.encode(), 0)
-                .map_err(access_err("inserting into", "allow6"))?;
-        }
-        control
-            .set(wire::CONTROL_BLOCKED, 0, 0)
-            .map_err(access_err("writing", "control"))?;
-        control
-            .set(wire::CONTROL_EMIT_EVENTS, u32::from(observer.is_some()), 0)
-            .map_err(access_err("writing", "control"))?;
-
-        let mut attached = Vec::new();
-        for hook in &HOOKS {
-            let prog = bpf
-                .program_mut(hook.program)
-                .ok_or(EgressError::MissingProgram(hook.program))?;
-            let load_err = |source| EgressError::LoadProgram {
-                name: hook.program,
-                source: Box::new(source),
-            };
-            let attach_err = |source| EgressError::Attach {
-                name: hook.program,
+        events: u64,
+        shared: &EgressShared,
+    ) -> Result<Built, EgressError> {
+        let key = cgroup_id.to_ne_bytes();
+        // One egress per cgroup: a storage naming a slot that this cgroup's run owns means
+        // another run's boundary is (or, its cordon dead, still stays) in force here.
+        let mut prior = [0u8; shared::RUN_REF_LEN];
+        let has_storage = shared
+            .run_of
+            .lookup(&key, &mut prior)
+            .map_err(SysError::bpf("reading", shared::RUN_OF))?;
+        if has_storage
+            && let Some(slot) = shared::run_ref_slot(&prior)
+            && shared.slots.owner.get_u64_at_u32(slot).ok().flatten() == Some(cgroup_id)
+        {
+            return Err(EgressError::CgroupInUse {
+                cgroup_id,
                 path: cgroup_dir.to_path_buf(),
-                source: Box::new(source),
-            };
+            });
+        }
+        std::fs::create_dir(dir.join(shared::marker(cgroup_id))).map_err(|source| {
+            EgressError::Pin {
+                name: "cgroup marker",
+                path: dir.join(shared::marker(cgroup_id)),
+                source,
+            }
+        })?;
+        let claimed = shared.slots.claim(cgroup_id)?;
+        let slot = claimed.slot;
+        let release = || shared.slots.release(slot, cgroup_id);
+        let inner = claimed.maps;
+        let mut inner_ids = [0u32; 4];
+        for (id, map) in inner_ids.iter_mut().zip(&inner) {
+            *id = map.id();
+        }
+        let run_ref = shared::run_ref(slot, events);
+        let filled = (|| -> Result<(), EgressError> {
+            // Maps first: the programs must never run over an empty allowlist or control map.
+            // A reused slot is blocked while it is emptied and refilled.
+            let [allow4, allow6, control, stats] = &inner;
+            control
+                .update(
+                    &wire::CONTROL_BLOCKED.to_ne_bytes(),
+                    &1u32.to_ne_bytes(),
+                    sys::BPF_ANY,
+                )
+                .map_err(SysError::bpf("writing", "control"))?;
+            if !claimed.fresh {
+                for (map, name) in [(allow4, "allow4"), (allow6, "allow6")] {
+                    for k in map.keys().map_err(SysError::bpf("listing", name))? {
+                        map.delete(&k).map_err(SysError::bpf("emptying", name))?;
+                    }
+                }
+            }
+            for ((addr, prefix), val) in &tries.v4 {
+                let mut k = u32::from(*prefix).to_ne_bytes().to_vec();
+                k.extend_from_slice(addr);
+                allow4
+                    .update(&k, &val.encode(), sys::BPF_ANY)
+                    .map_err(SysError::bpf("inserting into", "allow4"))?;
+            }
+            for ((addr, prefix), val) in &tries.v6 {
+                let mut k = u32::from(*prefix).to_ne_bytes().to_vec();
+                k.extend_from_slice(addr);
+                allow6
+                    .update(&k, &val.encode(), sys::BPF_ANY)
+                    .map_err(SysError::bpf("inserting into", "allow6"))?;
+            }
+            for index in 0..wire::STATS_LEN {
+                stats
+                    .update(&index.to_ne_bytes(), &0u64.to_ne_bytes(), sys::BPF_ANY)
+                    .map_err(SysError::bpf("zeroing", "stats"))?;
+            }
+            let emit = u32::from(events != 0);
+            for (index, value) in [
+                (wire::CONTROL_EMIT_EVENTS, emit),
+                (wire::CONTROL_BLOCKED, 0),
+            ] {
+                control
+                    .update(&index.to_ne_bytes(), &value.to_ne_bytes(), sys::BPF_ANY)
+                    .map_err(SysError::bpf("writing", "control"))?;
+            }
+            // Each map is pinned in the run's directory, so `block_pinned` and inspection find
+            // it.
+            for ((name, _), map) in shared::EGRESS_INNER.iter().zip(&inner) {
+                let pin = dir.join(name);
+                sys::obj_pin(map.as_fd(), &pin).map_err(|source| EgressError::Pin {
+                    name,
+                    path: pin.clone(),
+                    source,
+                })?;
+            }
+            // A storage left from an earlier run of this cgroup names a slot that may be
+            // another run's now: point it here before any link can use it.
+            if has_storage {
+                shared
+                    .run_of
+                    .update(&key, &run_ref, sys::BPF_EXIST)
+                    .map_err(SysError::bpf("writing", shared::RUN_OF))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = filled {
+            release();
+            return Err(e);
+        }
+
+        let mut attached: Vec<Attached> = Vec::new();
+        let undo = |attached: &[Attached]| {
+            for a in attached {
+                let _ = sys::link_detach(a.link.as_fd());
+            }
+            release();
+        };
+        for prog in &shared.progs {
+            let hook = prog.hook;
             // Links created with BPF_LINK_CREATE are always "multi" on cgroups: the run's
             // programs add to those of the host's ancestors, never replace them, and a child
             // cgroup cannot override them.
-            let link: FdLink = match hook.attach {
-                AttachPoint::SkbEgress | AttachPoint::SkbIngress => {
-                    let p: &mut CgroupSkb = prog.try_into().map_err(load_err)?;
-                    p.load().map_err(load_err)?;
-                    let at = if hook.attach == AttachPoint::SkbEgress {
-                        CgroupSkbAttachType::Egress
-                    } else {
-                        CgroupSkbAttachType::Ingress
-                    };
-                    let id = p
-                        .attach(cgroup_fd.as_fd(), at, CgroupAttachMode::Single)
-                        .map_err(attach_err)?;
-                    p.take_link(id).map_err(attach_err)?.try_into().map_err(
-                        |e: aya::programs::links::LinkError| {
-                            attach_err(aya::programs::ProgramError::IOError(io::Error::other(
-                                e.to_string(),
-                            )))
-                        },
-                    )?
-                }
-                _ => {
-                    let p: &mut CgroupSockAddr = prog.try_into().map_err(load_err)?;
-                    p.load().map_err(load_err)?;
-                    let id = p
-                        .attach(cgroup_fd.as_fd(), CgroupAttachMode::Single)
-                        .map_err(attach_err)?;
-                    p.take_link(id).map_err(attach_err)?.try_into().map_err(
-                        |e: aya::programs::links::LinkError| {
-                            attach_err(aya::programs::ProgramError::IOError(io::Error::other(
-                                e.to_string(),
-                            )))
-                        },
-                    )?
-                }
-            };
+            let link =
+                match sys::link_create_cgroup(prog.fd.as_fd(), cgroup_fd.as_fd(), hook.attach) {
+                    Ok(l) => l,
+                    Err(source) => {
+                        undo(&attached);
+                        return Err(EgressError::Attach {
+                            name: hook.program,
+                            path: cgroup_dir.to_path_buf(),
+                            source,
+                        });
+                    }
+                };
             let pin = dir.join(hook.program);
-            link.pin(&pin).map_err(|source| EgressError::Pin {
-                name: hook.program,
-                path: pin.clone(),
-                source: Box::new(source),
-            })?;
-            let link = sys::obj_get(&pin).map_err(|source| EgressError::OpenPin {
-                path: pin.clone(),
-                source,
-            })?;
-            let info = sys::cgroup_link_info(link.as_fd())?;
+            if let Err(source) = sys::obj_pin(link.as_fd(), &pin) {
+                let _ = sys::link_detach(link.as_fd());
+                undo(&attached);
+                return Err(EgressError::Pin {
+                    name: hook.program,
+                    path: pin,
+                    source,
+                });
+            }
             attached.push(Attached {
                 hook,
-                prog_id: info.prog_id,
+                prog_id: prog.id,
                 pin,
                 link,
             });
         }
-        Ok((bpf, attached, (control, stats, allow4, allow6)))
+        // Name the slot in the attachments' storage: until now the programs matched no run (a
+        // new storage is zero) or already this slot (written above).
+        if let Err(e) = shared.run_of.update(&key, &run_ref, sys::BPF_EXIST) {
+            undo(&attached);
+            return Err(SysError::bpf("writing", shared::RUN_OF)(e).into());
+        }
+        Ok(Built {
+            attached,
+            inner: inner.into_iter().map(RawMap::into_fd).collect(),
+            inner_ids,
+            slot,
+            run_ref,
+        })
     }
 
     /// The run id.
@@ -457,12 +589,18 @@ impl Egress {
         &self.pin_dir
     }
 
+    /// The slot of the shared map-in-maps that holds this run's maps.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
     /// Whether bpffs was already mounted or mounted by this attach.
     pub fn bpffs(&self) -> Mounted {
         self.bpffs
     }
 
-    /// The ids of the programs attached, by program name (`connect4`, `skb_egress`, ...).
+    /// The ids of the programs attached, by program name (`connect4`, `skb_egress`, ...). The
+    /// programs are shared by every run on the boot; the links are this run's.
     pub fn program_ids(&self) -> Vec<(&'static str, u32)> {
         self.attached
             .iter()
@@ -518,8 +656,10 @@ impl Egress {
 
     /// Asks the kernel which programs are in force on the cgroup at each attach point
     /// (`BPF_PROG_QUERY`, effective) and requires this run's program ids among them; checks
-    /// that every pinned link still reports this cgroup and program, that the tries hold
-    /// exactly the allowlist, and that block-all, once set by this handle, is still set.
+    /// that every pinned link still reports this cgroup and program, that the shared maps
+    /// still route this cgroup to this run's maps (and its storage names this run), that the
+    /// tries hold exactly the allowlist, and that block-all, once set by this handle, is still
+    /// set.
     pub fn verify_attached(&self) -> Verification {
         let mut problems = Vec::new();
         let mut seen = Vec::new();
@@ -557,6 +697,27 @@ impl Egress {
                     a.pin.display()
                 ));
             }
+        }
+        problems.extend(
+            self.shared
+                .slots
+                .check(self.slot, self.cgroup_id, &self.inner_ids),
+        );
+        let mut run_ref = [0u8; shared::RUN_REF_LEN];
+        match self
+            .shared
+            .run_of
+            .lookup(&self.cgroup_id.to_ne_bytes(), &mut run_ref)
+        {
+            Ok(true) if run_ref == self.run_ref => {}
+            Ok(true) => problems.push(format!(
+                "run_of: the storage of cgroup {} names slot {:?} (expected {})",
+                self.cgroup_id,
+                shared::run_ref_slot(&run_ref),
+                self.slot
+            )),
+            Ok(false) => problems.push(format!("run_of: cgroup {} has no storage", self.cgroup_id)),
+            Err(e) => problems.push(format!("run_of: {e}")),
         }
         match self.read_tries() {
             Ok(t) if t == self.tries => {}
@@ -680,9 +841,10 @@ impl Egress {
         }
     }
 
-    /// Detaches the programs and removes the pins (`<root>/cordon/<run_id>/egress`, and the run
-    /// directory when nothing else is left in it).
-    pub fn release(self) -> Result<(), EgressError> {
+    /// Detaches the programs, takes the run's maps out of the shared maps, and removes the
+    /// pins (`<root>/cordon/<run_id>/egress`, and the run directory when nothing else is left
+    /// in it). Other runs' links and entries are untouched.
+    pub fn release(mut self) -> Result<(), EgressError> {
         let dir = self.pin_dir.clone();
         // The links die when their last reference goes: the pins (removed here) and the
         // descriptors held by `self` (dropped here). Detach explicitly too, so that nothing
@@ -690,6 +852,14 @@ impl Egress {
         for a in &self.attached {
             let _ = sys::link_detach(a.link.as_fd());
         }
+        // The slot goes back to the pool blocked, its storage here naming none.
+        let _ = self.shared.run_of.update(
+            &self.cgroup_id.to_ne_bytes(),
+            &[0u8; shared::RUN_REF_LEN],
+            sys::BPF_EXIST,
+        );
+        let _ = self.control.set(wire::CONTROL_BLOCKED, 1, 0);
+        self.shared.slots.release(self.slot, self.cgroup_id);
         drop(self);
         bpffs::remove_part_dir(&dir)?;
         Ok(())
@@ -702,15 +872,27 @@ fn prefix_u8(len: u32) -> u8 {
     u8::try_from(len).unwrap_or(u8::MAX)
 }
 
-/// Sets block-all for a pinned run from any process (cordon's own handle may be gone): opens
-/// `<root>/cordon/<run_id>/egress/control` and writes the flag.
-pub fn block_pinned(root: &Path, run_id: &str) -> Result<(), EgressError> {
+fn pinned_control(root: &Path, run_id: &str) -> Result<Array<MapData, u32>, EgressError> {
     bpffs::check_run_id(run_id)?;
     let path = pin_dir(root, run_id).join("control");
     let data = MapData::from_pin(&path).map_err(access_err("opening", "control"))?;
-    let mut control: Array<MapData, u32> =
-        Array::try_from(Map::Array(data)).map_err(map_err("control"))?;
-    control
+    Array::try_from(Map::Array(data)).map_err(map_err("control"))
+}
+
+/// Sets block-all for a pinned run from any process (cordon's own handle may be gone): opens
+/// `<root>/cordon/<run_id>/egress/control` and writes the flag.
+pub fn block_pinned(root: &Path, run_id: &str) -> Result<(), EgressError> {
+    pinned_control(root, run_id)?
         .set(wire::CONTROL_BLOCKED, 1, 0)
         .map_err(access_err("writing", "control"))
+}
+
+/// Whether block-all is in force for a pinned run, read from its control map by any process
+/// (`<root>/cordon/<run_id>/egress/control`): what [`block_pinned`] wrote, as the programs see
+/// it.
+pub fn pinned_blocked(root: &Path, run_id: &str) -> Result<bool, EgressError> {
+    Ok(pinned_control(root, run_id)?
+        .get(&wire::CONTROL_BLOCKED, 0)
+        .map_err(access_err("reading", "control"))?
+        != 0)
 }

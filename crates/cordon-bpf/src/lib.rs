@@ -8,6 +8,10 @@
 //! - [`Observer`]: exec events (`sched_process_exec`) of the run's processes, filtered by
 //!   cgroup id in the kernel, and the egress hooks' connect events, through one ring buffer.
 //!
+//! The programs are loaded once per boot and shared by every run ([`shared`]): a run creates
+//! only its own maps, map entries and links, so attaching costs no BTF parse and no verifier
+//! run after the first run of a boot.
+//!
 //! The programs are C (`bpf/*.bpf.c` at the repository root), compiled by `scripts/build-bpf`
 //! into the committed objects embedded here, so building cordon needs no clang. Everything
 //! here needs root on a kernel with cgroup v2, `CONFIG_CGROUP_BPF` and BTF.
@@ -17,13 +21,16 @@ pub mod bpffs;
 pub mod egress;
 pub mod observer;
 pub mod probe;
+pub mod shared;
 pub mod sys;
+pub mod tags;
 pub mod wire;
 
 pub use allowlist::{Allow, AllowlistError, Tries};
 pub use bpffs::{Mounted, StaleRun, cleanup_stale};
-pub use egress::{Egress, EgressError, EgressStats, block_pinned};
+pub use egress::{Egress, EgressError, EgressStats, block_pinned, pinned_blocked};
 pub use observer::{Observer, ObserverError};
+pub use shared::SharedError;
 pub use wire::{ConnectEvent, Event, ExecEvent, Hook};
 
 /// The compiled `bpf/egress.bpf.c` (committed; `scripts/check-bpf` keeps it in step).

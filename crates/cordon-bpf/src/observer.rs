@@ -1,13 +1,18 @@
-//! Host-observed events of one run: a BTF tracepoint on `sched_process_exec` reports the execs
-//! of processes in the run's cgroup (or below it) — filtered in the kernel by cgroup id — and,
-//! when the run's [`crate::Egress`] is attached with this observer, its hooks report every
-//! connection attempt into the same ring buffer, so [`Observer::poll`] returns both in the
-//! kernel's order.
+//! Host-observed events of one run. One raw tracepoint program on `sched_process_exec`, shared
+//! by every run on the boot ([`crate::shared`]), reports the execs of processes in a watched
+//! cgroup (or below it) — filtered in the kernel by cgroup id — into the ring buffer of the run
+//! that watches it; when the run's [`crate::Egress`] is attached with this observer, its hooks
+//! report every connection attempt into the same ring buffer, so [`Observer::poll`] returns both
+//! in the kernel's order.
 //!
-//! The ring buffer and its lost-event counter are pinned under
-//! `/sys/fs/bpf/cordon/<run_id>/observer/` while the observer lives, so that the egress object
-//! (loaded separately) can share them. Nothing here is pinned to outlive cordon: an observer is
-//! useless without its reader.
+//! A run claims a ring buffer slot (reusing the ring buffer of an earlier run, emptied) and
+//! writes two entries keyed by its cgroup id (`lost`, then `watched` = its slot), and pins its
+//! ring buffer (with the shared filter, for inspection) under
+//! `/sys/fs/bpf/cordon/<run_id>/observer/` while the observer lives. Records carry the cgroup
+//! they were delivered for; the reader keeps only its own, so nothing an earlier user of the
+//! slot left or sent late can reach this run's events. Nothing here outlives the handle: an
+//! observer is useless without its reader, so dropping it removes its entries and pins, and
+//! [`crate::cleanup_stale`] removes those of a cordon that died.
 
 use std::collections::VecDeque;
 use std::io;
@@ -16,15 +21,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use aya::maps::{Array, HashMap, MapData, RingBuf};
-use aya::programs::BtfTracePoint;
-use aya::programs::links::FdLink;
-use aya::{Btf, Ebpf, EbpfLoader};
+use aya::maps::{Map, MapData, RingBuf};
 
+use crate::Verification;
 use crate::bpffs::{self, BpffsError, Mounted};
 use crate::probe::{self, ProbeError};
+use crate::shared::{self, Generation, ObserverShared, SharedError};
+use crate::sys::{self, SysError};
 use crate::wire::{self, DecodeError, Event};
-use crate::{OBSERVE_OBJECT, Verification};
 
 /// Errors of the observer, each naming the operation and its object.
 #[derive(Debug, thiserror::Error)]
@@ -40,12 +44,20 @@ pub enum ObserverError {
         /// Why.
         source: io::Error,
     },
-    /// The kernel's BTF could not be read.
-    #[error("reading the kernel's BTF (/sys/kernel/btf/vmlinux): {0}")]
-    Btf(#[source] Box<aya::BtfError>),
-    /// Loading the object failed.
-    #[error("loading the observer object: {0}")]
-    Load(#[source] Box<aya::EbpfError>),
+    /// The shared objects could not be loaded or opened.
+    #[error(transparent)]
+    Shared(#[from] SharedError),
+    /// A `bpf()` command on the run's own maps failed.
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    /// The cgroup is already watched by another live run.
+    #[error("cgroup {cgroup_id} ({path}) is already observed by another run")]
+    CgroupInUse {
+        /// The cgroup's id.
+        cgroup_id: u64,
+        /// Its directory.
+        path: PathBuf,
+    },
     /// A map is missing or has the wrong type.
     #[error("map {name}: {source}")]
     Map {
@@ -54,26 +66,6 @@ pub enum ObserverError {
         /// Why.
         #[source]
         source: Box<aya::maps::MapError>,
-    },
-    /// Loading or attaching the exec program failed.
-    #[error("{op} program on_exec: {source}")]
-    Program {
-        /// `loading` or `attaching`.
-        op: &'static str,
-        /// Why (the verifier log is inside).
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
-    /// Pinning a map failed.
-    #[error("pinning {name} at {path}: {source}")]
-    Pin {
-        /// The map.
-        name: &'static str,
-        /// The pin path.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: Box<aya::pin::PinError>,
     },
     /// Waiting for the ring buffer failed.
     #[error("polling the ring buffer: {0}")]
@@ -100,12 +92,17 @@ pub struct Observer {
     pin_dir: PathBuf,
     bpffs: Mounted,
     ring: RingBuf<MapData>,
-    lost: Array<MapData, u64>,
-    watched: HashMap<MapData, u64, u32>,
+    ring_id: u32,
+    slot: u32,
+    /// Records of other cgroups found in the ring buffer (left by an earlier user of the slot)
+    /// and dropped.
+    foreign: u64,
+    shared: ObserverShared,
     queue: VecDeque<Event>,
-    prog_id: u32,
-    link: Option<FdLink>,
-    _bpf: Ebpf,
+    /// Whether the shared entries are still this observer's to remove.
+    entered: bool,
+    /// Holds the shared objects' generation (it is not retired while a handle lives).
+    generation: Generation,
     /// Marks the run as live for `cleanup_stale` in other processes.
     _lock: bpffs::RunLock,
 }
@@ -116,10 +113,16 @@ impl std::fmt::Debug for Observer {
             .field("cgroup_dir", &self.cgroup_dir)
             .field("cgroup_id", &self.cgroup_id)
             .field("pin_dir", &self.pin_dir)
-            .field("prog_id", &self.prog_id)
+            .field("prog_id", &self.shared.prog_id)
+            .field("ring_id", &self.ring_id)
             .field("queued", &self.queue.len())
             .finish_non_exhaustive()
     }
+}
+
+/// Deletes `key` from `map` (a shared map), ignoring a missing entry.
+fn forget(map: &sys::RawMap, key: u64) {
+    let _ = map.delete(&key.to_ne_bytes());
 }
 
 impl Observer {
@@ -135,6 +138,7 @@ impl Observer {
         run_id: &str,
         cgroup_dir: &Path,
     ) -> Result<Observer, ObserverError> {
+        bpffs::check_run_id(run_id)?;
         let cgroup_id = std::fs::metadata(cgroup_dir)
             .map_err(|source| ObserverError::Cgroup {
                 path: cgroup_dir.to_path_buf(),
@@ -142,9 +146,30 @@ impl Observer {
             })?
             .ino();
         let mounted = bpffs::ensure_mounted(root)?;
+        let (generation, shared) = Generation::take(root, Generation::observer)?;
         let (dir, lock) = bpffs::create_part_dir(root, run_id, "observer")?;
-        match Self::build(&dir, cgroup_dir, cgroup_id, mounted, lock) {
-            Ok(o) => Ok(o),
+        let mut built = Self::build(&dir, cgroup_dir, cgroup_id, &shared);
+        if matches!(built, Err(ObserverError::CgroupInUse { .. })) {
+            // Perhaps a cordon that died left the entry: clean up once, then try again.
+            let _ = bpffs::cleanup_stale(root);
+            built = Self::build(&dir, cgroup_dir, cgroup_id, &shared);
+        }
+        match built {
+            Ok((ring, ring_id, slot)) => Ok(Observer {
+                cgroup_dir: cgroup_dir.to_path_buf(),
+                cgroup_id,
+                pin_dir: dir,
+                bpffs: mounted,
+                ring,
+                ring_id,
+                slot,
+                foreign: 0,
+                shared,
+                queue: VecDeque::new(),
+                entered: true,
+                generation,
+                _lock: lock,
+            }),
             Err(e) => {
                 let _ = bpffs::remove_part_dir(&dir);
                 Err(e)
@@ -152,88 +177,90 @@ impl Observer {
         }
     }
 
+    /// Claims a ring buffer slot, empties its ring buffer, pins it, and enters the run into the
+    /// shared maps: `lost` first, `watched` (the filter, naming the slot) last, so that the
+    /// program never matches the cgroup before its ring buffer and counter are there.
     fn build(
         dir: &Path,
         cgroup_dir: &Path,
         cgroup_id: u64,
-        mounted: Mounted,
-        lock: bpffs::RunLock,
-    ) -> Result<Observer, ObserverError> {
-        let btf = Btf::from_sys_fs().map_err(|e| ObserverError::Btf(Box::new(e)))?;
-        let mut bpf = EbpfLoader::new()
-            .btf(Some(&btf))
-            .load(OBSERVE_OBJECT)
-            .map_err(|e| ObserverError::Load(Box::new(e)))?;
-        let take = |bpf: &mut Ebpf, name: &'static str| {
-            let map = bpf.take_map(name).ok_or(ObserverError::Map {
-                name,
-                source: Box::new(aya::maps::MapError::InvalidName {
-                    name: name.to_owned(),
-                }),
-            })?;
-            map.pin(dir.join(name))
-                .map_err(|source| ObserverError::Pin {
-                    name,
-                    path: dir.join(name),
-                    source: Box::new(source),
-                })?;
-            Ok::<_, ObserverError>(map)
-        };
-        let ring: RingBuf<MapData> =
-            RingBuf::try_from(take(&mut bpf, "events")?).map_err(map_err("events"))?;
-        let lost: Array<MapData, u64> =
-            Array::try_from(take(&mut bpf, "lost")?).map_err(map_err("lost"))?;
-        let mut watched: HashMap<MapData, u64, u32> =
-            HashMap::try_from(take(&mut bpf, "watched")?).map_err(map_err("watched"))?;
-        watched
-            .insert(cgroup_id, 1, 0)
-            .map_err(map_err("watched"))?;
-        let prog: &mut BtfTracePoint = bpf
-            .program_mut("on_exec")
-            .ok_or(ObserverError::Map {
-                name: "on_exec",
-                source: Box::new(aya::maps::MapError::InvalidName {
-                    name: "on_exec".into(),
-                }),
-            })?
-            .try_into()
-            .map_err(|e| ObserverError::Program {
-                op: "loading",
-                source: Box::new(e),
-            })?;
-        let perr = |op| {
-            move |e| ObserverError::Program {
-                op,
-                source: Box::new(e),
+        shared: &ObserverShared,
+    ) -> Result<(RingBuf<MapData>, u32, u32), ObserverError> {
+        std::fs::create_dir(dir.join(shared::marker(cgroup_id)))
+            .map_err(|e| SysError::bpf("recording the cgroup in", dir.display().to_string())(e))?;
+        let key = cgroup_id.to_ne_bytes();
+        if shared
+            .watched
+            .get_u32_at_u64(cgroup_id)
+            .ok()
+            .flatten()
+            .is_some()
+        {
+            return Err(ObserverError::CgroupInUse {
+                cgroup_id,
+                path: cgroup_dir.to_path_buf(),
+            });
+        }
+        let claimed = shared.rings.claim(cgroup_id)?;
+        let slot = claimed.slot;
+        let [ring_map] = claimed.maps;
+        let ring_id = ring_map.id();
+        let entered = (|| {
+            let pin = dir.join("events");
+            sys::obj_pin(ring_map.as_fd(), &pin)
+                .map_err(SysError::bpf("pinning", pin.display().to_string()))?;
+            let pin = dir.join(shared::WATCHED);
+            sys::obj_pin(shared.watched.as_fd(), &pin)
+                .map_err(SysError::bpf("pinning", pin.display().to_string()))?;
+            let data = MapData::from_fd(ring_map.into_fd()).map_err(map_err("events"))?;
+            let mut ring = RingBuf::try_from(Map::RingBuf(data)).map_err(map_err("events"))?;
+            // What an earlier run of this slot left: nobody's events now.
+            while ring.next().is_some() {}
+            shared
+                .lost
+                .update(&key, &0u64.to_ne_bytes(), sys::BPF_ANY)
+                .map_err(SysError::bpf("inserting into", shared::LOST))?;
+            match shared
+                .watched
+                .update(&key, &slot.to_ne_bytes(), sys::BPF_NOEXIST)
+            {
+                Ok(()) => Ok(ring),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    Err(ObserverError::CgroupInUse {
+                        cgroup_id,
+                        path: cgroup_dir.to_path_buf(),
+                    })
+                }
+                Err(e) => Err(SysError::bpf("inserting into", shared::WATCHED)(e).into()),
             }
-        };
-        prog.load("sched_process_exec", &btf)
-            .map_err(perr("loading"))?;
-        let prog_id = prog.info().map_err(perr("loading"))?.id();
-        let id = prog.attach().map_err(perr("attaching"))?;
-        let link: FdLink = prog.take_link(id).map_err(perr("attaching"))?.into();
-        Ok(Observer {
-            cgroup_dir: cgroup_dir.to_path_buf(),
-            cgroup_id,
-            pin_dir: dir.to_path_buf(),
-            bpffs: mounted,
-            ring,
-            lost,
-            watched,
-            queue: VecDeque::new(),
-            prog_id,
-            link: Some(link),
-            _bpf: bpf,
-            _lock: lock,
-        })
+        })();
+        match entered {
+            Ok(ring) => Ok((ring, ring_id, slot)),
+            Err(e) => {
+                if !matches!(e, ObserverError::CgroupInUse { .. }) {
+                    forget(&shared.watched, cgroup_id);
+                }
+                if shared
+                    .watched
+                    .get_u32_at_u64(cgroup_id)
+                    .ok()
+                    .flatten()
+                    .is_none()
+                {
+                    forget(&shared.lost, cgroup_id);
+                }
+                shared.rings.release(slot, cgroup_id);
+                let _ = std::fs::remove_dir(dir.join(shared::marker(cgroup_id)));
+                let _ = std::fs::remove_file(dir.join("events"));
+                let _ = std::fs::remove_file(dir.join(shared::WATCHED));
+                Err(e)
+            }
+        }
     }
 
-    pub(crate) fn events_pin(&self) -> PathBuf {
-        self.pin_dir.join("events")
-    }
-
-    pub(crate) fn lost_pin(&self) -> PathBuf {
-        self.pin_dir.join("lost")
+    /// The shared objects' generation this observer uses (egress attached with it uses the same).
+    pub(crate) fn generation(&self) -> &Generation {
+        &self.generation
     }
 
     /// The observed cgroup's id.
@@ -241,12 +268,30 @@ impl Observer {
         self.cgroup_id
     }
 
-    /// The kernel's id of the exec program's link.
+    /// The kernel's id of the exec program's link (shared by every run on the boot).
     pub fn link_id(&self) -> Option<u32> {
-        self.link
-            .as_ref()
-            .and_then(|l| l.info().ok())
-            .map(|i| i.id())
+        Some(self.shared.link_id)
+    }
+
+    /// The kernel's id of the exec program.
+    pub fn prog_id(&self) -> u32 {
+        self.shared.prog_id
+    }
+
+    /// The kernel's id of this run's ring buffer.
+    pub fn ring_id(&self) -> u32 {
+        self.ring_id
+    }
+
+    /// The ring buffer slot this run uses.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// Records of other cgroups found in this run's ring buffer and dropped (left or sent late
+    /// by an earlier user of the slot); never part of the events returned.
+    pub fn foreign(&self) -> u64 {
+        self.foreign
     }
 
     /// Where the observer's maps are pinned.
@@ -261,12 +306,31 @@ impl Observer {
 
     /// Events the ring buffer had no room for (exec and connect), as counted in the kernel.
     pub fn lost(&self) -> Result<u64, ObserverError> {
-        self.lost.get(&0, 0).map_err(map_err("lost"))
+        let mut v = [0u8; 8];
+        let found = self
+            .shared
+            .lost
+            .lookup(&self.cgroup_id.to_ne_bytes(), &mut v)
+            .map_err(SysError::bpf("reading", shared::LOST))?;
+        if !found {
+            return Err(
+                SysError::bpf("reading", shared::LOST)(io::Error::other(format!(
+                    "cgroup {} has no loss counter",
+                    self.cgroup_id
+                )))
+                .into(),
+            );
+        }
+        Ok(u64::from_ne_bytes(v))
     }
 
     /// Moves every record now in the ring buffer into the queue.
     fn fill(&mut self) -> Result<(), ObserverError> {
         while let Some(item) = self.ring.next() {
+            if wire::record_run(&item) != Some(self.cgroup_id) {
+                self.foreign += 1;
+                continue;
+            }
             let event = wire::decode(&item)?;
             self.queue.push_back(event);
         }
@@ -316,33 +380,66 @@ impl Observer {
         attached.and(probe)
     }
 
-    /// Checks that the exec program's link still runs this observer's program and that the
-    /// in-kernel filter still names the run's cgroup.
+    /// Checks that the shared exec link (held open by this observer) still runs the program it
+    /// ran at attach on `sched_process_exec`, that its pin still names it, and that the shared
+    /// maps still hold this run: the cgroup in the filter, its own ring buffer, its counter.
     pub fn verify_attached(&self) -> Verification {
         let mut problems = Vec::new();
-        match self.link.as_ref().map(FdLink::info) {
-            Some(Ok(info)) if info.program_id() == self.prog_id => {}
-            Some(Ok(info)) => problems.push(format!(
-                "on_exec: link runs program {} (expected {})",
-                info.program_id(),
-                self.prog_id
+        let sh = &self.shared;
+        match sys::raw_tp_link_info(sh.link.as_fd()) {
+            Ok(l) if l.prog_id == sh.prog_id && l.tp_name == shared::EXEC_TRACEPOINT => {}
+            Ok(l) => problems.push(format!(
+                "on_exec: link {} runs program {} on {:?} (expected {} on {})",
+                l.link_id,
+                l.prog_id,
+                l.tp_name,
+                sh.prog_id,
+                shared::EXEC_TRACEPOINT
             )),
-            Some(Err(e)) => problems.push(format!("on_exec: link unreadable: {e}")),
-            None => problems.push("on_exec: no link".into()),
+            Err(e) => problems.push(format!("on_exec: link unreadable: {e}")),
         }
-        match self.watched.get(&self.cgroup_id, 0) {
-            Ok(_) => {}
-            Err(aya::maps::MapError::KeyNotFound) => problems.push(format!(
+        let pin = self.generation.dir().join(shared::EXEC_LINK);
+        match sys::obj_get(&pin).and_then(|fd| sys::raw_tp_link_info(fd.as_fd())) {
+            Ok(l) if l.link_id == sh.link_id => {}
+            Ok(l) => problems.push(format!(
+                "on_exec: the shared pin {} names link {} (expected {})",
+                pin.display(),
+                l.link_id,
+                sh.link_id
+            )),
+            Err(e) => problems.push(format!(
+                "on_exec: the shared link pin {} is gone or unreadable ({e}); this observer's own reference keeps the link",
+                pin.display()
+            )),
+        }
+        let key = self.cgroup_id.to_ne_bytes();
+        match sh.watched.get_u32_at_u64(self.cgroup_id) {
+            Ok(Some(slot)) if slot == self.slot => {}
+            Ok(Some(slot)) => problems.push(format!(
+                "watched: cgroup {} now names ring slot {slot} (expected {})",
+                self.cgroup_id, self.slot
+            )),
+            Ok(None) => problems.push(format!(
                 "watched: cgroup {} is no longer in the filter",
                 self.cgroup_id
             )),
             Err(e) => problems.push(format!("watched: {e}")),
         }
+        problems.extend(sh.rings.check(self.slot, self.cgroup_id, &[self.ring_id]));
+        let mut count = [0u8; 8];
+        match sh.lost.lookup(&key, &mut count) {
+            Ok(true) => {}
+            Ok(false) => problems.push(format!(
+                "lost: cgroup {} has no loss counter any more",
+                self.cgroup_id
+            )),
+            Err(e) => problems.push(format!("lost: {e}")),
+        }
         Verification::from_problems(
             problems,
             format!(
-                "on_exec (prog {}) watching cgroup {}",
-                self.prog_id, self.cgroup_id
+                "on_exec (prog {}, shared link {}) watching cgroup {} into ring buffer {} (slot {})",
+                sh.prog_id, sh.link_id, self.cgroup_id, self.ring_id, self.slot
             ),
             None,
         )
@@ -405,19 +502,35 @@ impl Observer {
         }
     }
 
+    /// Takes the run out of the shared maps (filter first, then its counter) if the filter still
+    /// names its slot, and frees the slot.
+    fn leave(&mut self) {
+        if !self.entered {
+            return;
+        }
+        self.entered = false;
+        let sh = &self.shared;
+        if sh.watched.get_u32_at_u64(self.cgroup_id).ok().flatten() == Some(self.slot) {
+            forget(&sh.watched, self.cgroup_id);
+            forget(&sh.lost, self.cgroup_id);
+        }
+        sh.rings.release(self.slot, self.cgroup_id);
+    }
+
     /// Stops observing and removes the pins (`<root>/cordon/<run_id>/observer`, and the run
     /// directory when nothing else is left in it). Events still queued are returned.
     pub fn release(mut self) -> Result<Vec<Event>, ObserverError> {
         let rest = self.drain()?;
+        self.leave();
         bpffs::remove_part_dir(&self.pin_dir)?;
         Ok(rest)
     }
 }
 
 impl Drop for Observer {
-    /// The observer's pins serve only while it lives (an egress object loaded meanwhile keeps
-    /// its own reference to the ring buffer).
+    /// The observer's entries and pins serve only while it lives.
     fn drop(&mut self) {
+        self.leave();
         let _ = bpffs::remove_part_dir(&self.pin_dir);
     }
 }

@@ -7,6 +7,23 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub const MAX_PORTS: usize = 16;
 /// `CORDON_MAX_PREFIXES`.
 pub const MAX_PREFIXES: usize = 1024;
+/// A size known at compile time as `u32` (sizes here are at most a few kilobytes; a larger one
+/// fails to compile where the result is a constant).
+pub(crate) const fn size_u32(n: usize) -> u32 {
+    assert!(n <= u32::MAX as usize);
+    #[allow(clippy::cast_possible_truncation)]
+    let n = n as u32;
+    n
+}
+
+/// `CORDON_MAX_RUNS`: entries of the shared maps keyed by cgroup id.
+pub const MAX_RUNS: u32 = 4096;
+/// `CORDON_RING_BYTES`: each observed run's ring buffer.
+pub const RING_BYTES: u32 = 1 << 20;
+/// `CONTROL_LEN`.
+pub const CONTROL_LEN: u32 = 2;
+/// `STATS_LEN`.
+pub const STATS_LEN: u32 = 4;
 /// `sizeof(struct allow_val)`.
 pub const ALLOW_VAL_LEN: usize = 8 + 2 * MAX_PORTS;
 
@@ -33,6 +50,27 @@ const EXEC_ARGS_LEN: usize = 128;
 pub const EXEC_EVENT_LEN: usize = HDR_LEN + 24 + EXEC_FILENAME_LEN + EXEC_ARGS_LEN;
 /// `sizeof(struct connect_event)`.
 pub const CONNECT_EVENT_LEN: usize = HDR_LEN + 16 + 16;
+/// `offsetof(struct exec_event, run)`: the decoded part ends here.
+const EXEC_RUN_OFF: usize = EXEC_EVENT_LEN;
+/// `offsetof(struct connect_event, run)`.
+const CONNECT_RUN_OFF: usize = CONNECT_EVENT_LEN;
+
+/// The cgroup id a record was delivered for (the `run` field after each event's layout): the
+/// watched cgroup whose ring buffer the program wrote it to. A ring buffer's slot is reused by
+/// later runs; a reader keeps only the records marked with its own cgroup. `None` for a record
+/// too short to carry it.
+pub fn record_run(b: &[u8]) -> Option<u64> {
+    let off = match b
+        .get(16..20)
+        .map(|k| u32::from_ne_bytes([k[0], k[1], k[2], k[3]]))?
+    {
+        EVENT_EXEC => EXEC_RUN_OFF,
+        EVENT_CONNECT => CONNECT_RUN_OFF,
+        _ => return None,
+    };
+    let r = b.get(off..off + 8)?;
+    Some(u64_at(r, 0))
+}
 
 /// What one allowlist prefix permits: every port, or the listed ones.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -358,6 +396,22 @@ mod tests {
         assert!(e.mapped && !e.allowed);
         assert_eq!(e.port, 443);
         assert_eq!(e.dest.to_string(), "::ffff:192.0.2.1");
+    }
+
+    #[test]
+    fn the_delivery_mark_follows_each_layout() {
+        let mut exec = exec_record(b"true\0", 5);
+        assert_eq!(record_run(&exec), None);
+        exec.extend_from_slice(&42u64.to_ne_bytes());
+        assert_eq!(record_run(&exec), Some(42));
+        assert!(decode(&exec).is_ok());
+        let mut connect = vec![0u8; CONNECT_EVENT_LEN];
+        connect[16..20].copy_from_slice(&EVENT_CONNECT.to_ne_bytes());
+        connect[24..28].copy_from_slice(&1u32.to_ne_bytes());
+        connect.extend_from_slice(&7u64.to_ne_bytes());
+        assert_eq!(record_run(&connect), Some(7));
+        assert!(decode(&connect).is_ok());
+        assert_eq!(record_run(&[0u8; 8]), None);
     }
 
     #[test]

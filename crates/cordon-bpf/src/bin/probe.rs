@@ -5,6 +5,7 @@
 //! cordon-bpf-probe [--cgroup DIR] hold-tcp ADDR       connect, then obey stdin: "send TEXT", "exit"
 //! cordon-bpf-probe [--cgroup DIR] raw-icmp IP MARKER  one ICMP echo request by a raw socket
 //! cordon-bpf-probe attach-and-wait RUN_ID CGROUP CIDR[:PORT]...  attach egress, print "ready", sleep
+//! cordon-bpf-probe observe-and-wait RUN_ID CGROUP CIDR[:PORT]... the same, with an observer too
 //! ```
 //!
 //! `--cgroup DIR` moves the process into that cgroup (v2) first. Results are printed one per
@@ -142,19 +143,30 @@ fn parse_allow(s: &str) -> Option<cordon_bpf::Allow> {
     ))
 }
 
-fn attach_and_wait(run_id: &str, cgroup: &Path, rules: &[String]) -> ExitCode {
+fn attach_and_wait(run_id: &str, cgroup: &Path, rules: &[String], observe: bool) -> ExitCode {
     let allow: Option<Vec<_>> = rules.iter().map(|r| parse_allow(r)).collect();
     let Some(allow) = allow else {
         eprintln!("cordon-bpf-probe: bad allow rule in {rules:?}");
         return ExitCode::from(2);
     };
-    match cordon_bpf::Egress::attach(run_id, cgroup, &allow, None) {
+    let observer = if observe {
+        match cordon_bpf::Observer::attach(run_id, cgroup) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                say(&format!("error {e}"));
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        None
+    };
+    match cordon_bpf::Egress::attach(run_id, cgroup, &allow, observer.as_ref()) {
         Ok(egress) => {
             say("ready");
-            // Holds the handle until killed; what must survive the kill is the pins.
+            // Holds the handles until killed; what must survive the kill is the pins.
             loop {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
-                let _ = &egress;
+                let _ = (&egress, &observer);
             }
         }
         Err(e) => {
@@ -200,11 +212,15 @@ fn main() -> ExitCode {
         },
         ["attach-and-wait", run_id, cgroup, rules @ ..] => {
             let rules: Vec<String> = rules.iter().map(|s| (*s).to_owned()).collect();
-            attach_and_wait(run_id, Path::new(cgroup), &rules)
+            attach_and_wait(run_id, Path::new(cgroup), &rules, false)
+        }
+        ["observe-and-wait", run_id, cgroup, rules @ ..] => {
+            let rules: Vec<String> = rules.iter().map(|s| (*s).to_owned()).collect();
+            attach_and_wait(run_id, Path::new(cgroup), &rules, true)
         }
         _ => {
             eprintln!(
-                "usage: cordon-bpf-probe [--cgroup DIR] hold-tcp ADDR | raw-icmp IP MARKER | attach-and-wait RUN_ID CGROUP CIDR[:PORT]..."
+                "usage: cordon-bpf-probe [--cgroup DIR] hold-tcp ADDR | raw-icmp IP MARKER | attach-and-wait RUN_ID CGROUP CIDR[:PORT]... | observe-and-wait RUN_ID CGROUP CIDR[:PORT]..."
             );
             ExitCode::from(2)
         }

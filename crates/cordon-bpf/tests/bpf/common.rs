@@ -140,6 +140,8 @@ pub fn allow(cidr: &str, port: Option<u16>) -> Allow {
 pub struct TcpServer {
     pub addr: SocketAddr,
     pub received: Arc<Mutex<Vec<u8>>>,
+    /// Connections the server has read to the end and closed.
+    pub closed: Arc<AtomicU32>,
 }
 
 impl TcpServer {
@@ -148,11 +150,12 @@ impl TcpServer {
             .unwrap_or_else(|e| panic!("bind {ip}: {e}"));
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
-        let r = received.clone();
+        let closed = Arc::new(AtomicU32::new(0));
+        let (r, c) = (received.clone(), closed.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { break };
-                let r = r.clone();
+                let (r, c) = (r.clone(), c.clone());
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 4096];
                     while let Ok(n) = conn.read(&mut buf) {
@@ -161,10 +164,29 @@ impl TcpServer {
                         }
                         r.lock().unwrap().extend_from_slice(&buf[..n]);
                     }
+                    drop(conn);
+                    c.fetch_add(1, Ordering::SeqCst);
                 });
             }
         });
-        TcpServer { addr, received }
+        TcpServer {
+            addr,
+            received,
+            closed,
+        }
+    }
+
+    /// Waits up to `limit` until `n` connections were closed by both sides (the server has
+    /// read to the end and closed its side): a block set after that cannot strand them.
+    pub fn wait_closed(&self, n: u32, limit: Duration) -> bool {
+        let start = Instant::now();
+        while self.closed.load(Ordering::SeqCst) < n {
+            if start.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
     }
 
     /// Waits up to `limit` for `needle` to have arrived.
@@ -230,4 +252,52 @@ pub fn sa(s: &str) -> SocketAddr {
 /// The path of the helper binary.
 pub fn helper() -> &'static str {
     env!("CARGO_BIN_EXE_cordon-bpf-probe")
+}
+
+/// A bpffs mounted on a fresh directory (no shared programs yet, as after a boot), for tests
+/// that damage or replace the shared objects without touching other tests' runs. Unmounted on
+/// drop: declare it before every handle that uses it.
+pub struct FreshBpffs {
+    base: PathBuf,
+    pub root: PathBuf,
+}
+
+impl FreshBpffs {
+    pub fn new() -> FreshBpffs {
+        let base = std::env::temp_dir().join(unique("cordon-bpffs"));
+        let root = base.join("bpf");
+        fs::create_dir_all(&root).unwrap();
+        cordon_bpf::bpffs::ensure_mounted(&root).expect("mount bpffs");
+        FreshBpffs { base, root }
+    }
+}
+
+impl Drop for FreshBpffs {
+    fn drop(&mut self) {
+        let c = std::ffi::CString::new(self.root.to_str().unwrap()).unwrap();
+        // SAFETY: umount2 of the mount made in `new`, by a NUL-terminated path alive for the
+        // call; MNT_DETACH if something still holds it.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+            // SAFETY: as above.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+        let _ = fs::remove_dir_all(&self.base);
+    }
+}
+
+/// An observer released on drop.
+pub struct ObserverGuard(pub Option<cordon_bpf::Observer>);
+
+impl ObserverGuard {
+    pub fn get(&mut self) -> &mut cordon_bpf::Observer {
+        self.0.as_mut().unwrap()
+    }
+}
+
+impl Drop for ObserverGuard {
+    fn drop(&mut self) {
+        if let Some(o) = self.0.take() {
+            o.release().expect("release observer");
+        }
+    }
 }

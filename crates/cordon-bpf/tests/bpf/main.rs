@@ -10,3 +10,4 @@ mod egress;
 mod events;
 mod persist;
 mod sabotage;
+mod shared;

@@ -66,6 +66,10 @@ fn the_pinned_block_survives_kill_9_and_is_cleaned_after_the_cgroup() {
     let kept = stale_entry(&run_id).expect("run directory");
     assert!(!kept.removed, "{kept:?}");
 
+    // The allowed connection is torn down before the block: a block cuts every packet, the
+    // teardown's too, and a socket stranded half-closed would keep the cgroup (and so its
+    // links) alive for tcp_fin_timeout after the cgroup is removed.
+    assert!(allowed.wait_closed(1, Duration::from_secs(5)));
     // Block-all from another process, through the pinned control map.
     block_pinned(Path::new(ROOT), &run_id).unwrap();
     assert_eq!(

@@ -53,15 +53,57 @@ fn a_replaced_program_fails_verification() {
     }
     let cg = TestCgroup::new();
     let mut eg = enforced_egress(&cg);
-    // A copy of the same program whose allowlist admits everything.
+    // A copy of the same program whose maps admit everything for this run: its own
+    // map-in-maps hold, at the run's slot, a trie with 0.0.0.0/0 and an unblocked control
+    // array. (A link re-pointed to another program keeps the attachment's storage, which names
+    // the slot.)
     let mut bpf = aya::Ebpf::load(EGRESS_OBJECT).unwrap();
-    let mut all: LpmTrie<_, [u8; 4], [u8; ALLOW_VAL_LEN]> =
-        LpmTrie::try_from(bpf.map_mut("allow4").unwrap()).unwrap();
     let any = AllowVal {
         any_port: true,
         ports: vec![],
     }
     .encode();
+    let outer = |bpf: &aya::Ebpf, name: &str| {
+        let Some(aya::maps::Map::ArrayOfMaps(m)) = bpf.map(name) else {
+            panic!("no map-in-maps {name} in the object")
+        };
+        use std::os::fd::AsFd;
+        sys::RawMap::from_fd(m.fd().as_fd().try_clone_to_owned().unwrap()).unwrap()
+    };
+    let trie = sys::map_create(
+        &sys::MapSpec {
+            map_type: sys::MapType::LpmTrie,
+            key_size: 8,
+            value_size: u32::try_from(ALLOW_VAL_LEN).unwrap(),
+            max_entries: 1024,
+            flags: sys::BPF_F_NO_PREALLOC,
+        },
+        "permissive",
+    )
+    .unwrap();
+    let control = sys::map_create(
+        &sys::MapSpec {
+            map_type: sys::MapType::Array,
+            key_size: 4,
+            value_size: 4,
+            max_entries: 2,
+            flags: 0,
+        },
+        "unblocked",
+    )
+    .unwrap();
+    {
+        use std::os::fd::AsFd;
+        let slot = eg.get().slot();
+        outer(&bpf, "allow4_of")
+            .set_slot(slot, trie.as_fd())
+            .unwrap();
+        outer(&bpf, "control_of")
+            .set_slot(slot, control.as_fd())
+            .unwrap();
+    }
+    let mut all: LpmTrie<_, [u8; 4], [u8; ALLOW_VAL_LEN]> =
+        LpmTrie::try_from(Map::LpmTrie(MapData::from_fd(trie).unwrap())).unwrap();
     all.insert(&Key::new(0, [0u8; 4]), any, 0).unwrap();
     let prog: &mut CgroupSockAddr = bpf.program_mut("connect4").unwrap().try_into().unwrap();
     prog.load().unwrap();
