@@ -92,7 +92,25 @@ impl ContainArgs {
             "contain.start",
             json!({ "run_id": run_id, "cgroup": state.cgroup.v2, "cgroup_id": state.cgroup.id }),
         )?;
-        let outcome: Containment = contain(&cgroup, None);
+        // The egress block goes through the run's pins, so it works whether or not the run's
+        // own cordon is still alive, and is read back from the kernel before it counts.
+        let root = std::path::Path::new(cordon_bpf::bpffs::DEFAULT_ROOT);
+        let mut block = || -> Result<String, String> {
+            cordon_bpf::block_pinned(root, run_id).map_err(|e| e.to_string())?;
+            match cordon_bpf::egress::pinned_blocked(root, run_id) {
+                Ok(true) => {
+                    Ok("block-all set in the run's pinned control map and read back".into())
+                }
+                Ok(false) => Err("block-all written but the pinned control map reads 0".into()),
+                Err(e) => Err(format!("block-all written but not readable back: {e}")),
+            }
+        };
+        let egress: Option<cordon_sandbox::contain::EgressBlock<'_>> = if state.egress.is_some() {
+            Some(&mut block)
+        } else {
+            None
+        };
+        let outcome: Containment = contain(&cgroup, egress);
         for step in &outcome.steps {
             record("contain.step", json!({ "run_id": run_id, "step": step }))?;
         }

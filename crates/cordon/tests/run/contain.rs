@@ -27,7 +27,7 @@ fn contain_stops_an_active_run_and_records_every_step() {
     // Find the run: its processes carry the marker; its id is in the state directory.
     let mut run_id = None;
     for _ in 0..500 {
-        if host_processes_with(&marker).len() >= 4 {
+        if host_sleepers(&marker).len() >= 4 {
             let list = Command::new(env!("CARGO_BIN_EXE_cordon"))
                 .args(["contain", "--list"])
                 .output()
@@ -48,7 +48,7 @@ fn contain_stops_an_active_run_and_records_every_step() {
     }
     let run_id = run_id.expect("the run never appeared in the state directory");
     // Negative control: the run's processes are alive before containment.
-    assert!(host_processes_with(&marker).len() >= 4);
+    assert_eq!(host_sleepers(&marker).len(), 4);
 
     let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
         .args(["contain", &run_id])
@@ -63,7 +63,7 @@ fn contain_stops_an_active_run_and_records_every_step() {
         "{report}"
     );
     assert!(
-        host_processes_with(&marker).is_empty(),
+        host_sleepers(&marker).is_empty(),
         "containment left processes alive"
     );
 
@@ -102,4 +102,64 @@ fn contain_stops_an_active_run_and_records_every_step() {
         .output()
         .unwrap();
     assert_eq!(none.status.code(), Some(2), "{none:?}");
+}
+
+#[test]
+fn contain_blocks_the_egress_of_an_allowlisted_run_first() {
+    if !privileged("contain_blocks_the_egress_of_an_allowlisted_run_first") {
+        return;
+    }
+    let area = Area::new();
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let marker = format!("6{}.555", std::process::id() % 1000);
+    let run = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["run", "--ledger"])
+        .arg(area.path("ledger"))
+        .args(["--net", &format!("allow:127.0.0.1/32:{port}")])
+        .args(["--", "/bin/sh", "-c", &format!("exec sleep {marker}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut run_id = None;
+    for _ in 0..500 {
+        if !host_sleepers(&marker).is_empty() {
+            let list = Command::new(env!("CARGO_BIN_EXE_cordon"))
+                .args(["contain", "--list"])
+                .output()
+                .unwrap();
+            run_id = stdout(&list).lines().find_map(|line| {
+                let id = line.split('\t').next()?;
+                let state = std::fs::read_to_string(format!("/run/cordon/runs/{id}.json")).ok()?;
+                state
+                    .contains(area.path("ledger").to_str().unwrap())
+                    .then(|| id.to_owned())
+            });
+            if run_id.is_some() {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let run_id = run_id.expect("the run never appeared");
+    let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["contain", &run_id])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["steps"][0]["action"], "egress-block");
+    assert_eq!(report["steps"][0]["state"], "ENFORCED", "{report}");
+    assert!(
+        report["steps"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("read back"),
+        "{report}"
+    );
+    let status = run.wait_with_output().unwrap().status;
+    assert_eq!(status.code(), Some(137));
+    drop(server);
 }

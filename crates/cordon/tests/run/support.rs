@@ -177,6 +177,19 @@ pub fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
+/// Processes on the host running `sleep MARKER` (not cordon itself, whose own command line may
+/// carry the marker too).
+pub fn host_sleepers(marker: &str) -> Vec<i32> {
+    let exact = format!("sleep\0{marker}\0");
+    host_processes_with(marker)
+        .into_iter()
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.ends_with(exact.as_bytes()) && c.starts_with(b"sleep"))
+        })
+        .collect()
+}
+
 /// Processes on the host whose command line contains `marker`.
 pub fn host_processes_with(marker: &str) -> Vec<i32> {
     let mut out = Vec::new();
