@@ -3,9 +3,10 @@
 //! - `connect`: a TCP `connect()` to a loopback listener (and `close`), and to a closed
 //!   loopback port (refused by a reset), from this process while it sits in a cgroup without
 //!   programs vs one with the egress programs attached;
-//! - `exec`: fork + exec + wait of `/bin/true` with no observer, with an observer attached
-//!   that watches another cgroup (the cost every process on the host pays), and with an
-//!   observer watching this process's cgroup (events produced and drained).
+//! - `exec`: fork + exec + wait of `/bin/true` with no observer, with one more shared exec
+//!   program attached (a generation of its own, on a fresh bpffs) whose filter watches another
+//!   cgroup (the cost every process on the host pays once a run has loaded the program), and
+//!   with an observer watching this process's cgroup (events produced and drained).
 //!
 //! - `attach`: what a run pays to set up, check and take down its eBPF pieces: an observer
 //!   (attach + `verify_attached` + release), an egress boundary (attach + `verify`, active
@@ -258,14 +259,40 @@ fn connect_bench(c: &mut Criterion, s: &Setup, quick: bool) {
     );
 }
 
+/// An observer of its own generation: one more exec program attached to the host, as the
+/// first run of a boot adds. Detached (bpffs unmounted) on drop.
+struct ExtraProgram {
+    observer: Option<Observer>,
+    _fs: FreshBpffs,
+}
+
+impl ExtraProgram {
+    fn attach(n: u32, cg: &Path) -> ExtraProgram {
+        let fs = FreshBpffs::new(1000 + n);
+        let observer =
+            Observer::attach_at(&fs.root, &format!("bench-x-{n}"), cg).expect("attach observer");
+        ExtraProgram {
+            observer: Some(observer),
+            _fs: fs,
+        }
+    }
+}
+
+impl Drop for ExtraProgram {
+    fn drop(&mut self) {
+        if let Some(o) = self.observer.take() {
+            let _ = o.release();
+        }
+    }
+}
+
 fn exec_bench(c: &mut Criterion, s: &Setup, quick: bool) {
     let mut g = c.benchmark_group("exec");
     enter(&s.plain);
     g.bench_function("without_observer", |b| b.iter(exec_once));
-    let unwatched = Observer::attach(&format!("bench-o1-{}", std::process::id()), &s.elsewhere)
-        .expect("attach observer");
+    let extra = ExtraProgram::attach(0, &s.elsewhere);
     g.bench_function("observer_elsewhere", |b| b.iter(exec_once));
-    drop(unwatched);
+    drop(extra);
     let mut watched = Observer::attach(&format!("bench-o2-{}", std::process::id()), &s.plain)
         .expect("attach observer");
     g.bench_function("observer_watching", |b| {
@@ -285,45 +312,63 @@ fn exec_bench(c: &mut Criterion, s: &Setup, quick: bool) {
     let lost = watched.lost().expect("lost counter");
     drop(watched);
     if !quick {
-        // Each ratio from its own interleaved loop: the observer is attached and detached
-        // between blocks, so both sides share the machine's state.
+        // Each ratio from its own interleaved loop: the program or observer is attached and
+        // detached between blocks, so both sides share the machine's state.
         let run = std::cell::Cell::new(0u32);
+        let extra: std::cell::RefCell<Option<ExtraProgram>> = std::cell::RefCell::new(None);
+        let (without, with) = interleaved(
+            20,
+            100,
+            || {
+                extra.replace(None);
+                timed(exec_once)
+            },
+            || {
+                let mut slot = extra.borrow_mut();
+                if slot.is_none() {
+                    run.set(run.get() + 1);
+                    *slot = Some(ExtraProgram::attach(run.get(), &s.elsewhere));
+                }
+                timed(exec_once)
+            },
+        );
+        extra.replace(None);
+        println!(
+            "ratio fork+exec+wait /bin/true: one more shared exec program (watching another cgroup) {with:.1} µs / without it {without:.1} µs = {:.3}",
+            with / without
+        );
         let observer: std::cell::RefCell<Option<Observer>> = std::cell::RefCell::new(None);
-        let ratio = |cg: &Path, label: &str| {
-            let (without, with) = interleaved(
-                20,
-                100,
-                || {
-                    observer.replace(None);
-                    timed(exec_once)
-                },
-                || {
-                    let mut slot = observer.borrow_mut();
-                    if slot.is_none() {
-                        run.set(run.get() + 1);
-                        *slot = Some(
-                            Observer::attach(
-                                &format!("bench-o3-{}-{}", std::process::id(), run.get()),
-                                cg,
-                            )
-                            .expect("attach observer"),
-                        );
-                    }
-                    let t = timed(exec_once);
-                    if let Some(o) = slot.as_mut() {
-                        black_box(o.drain().expect("drain"));
-                    }
-                    t
-                },
-            );
-            observer.replace(None);
-            println!(
-                "ratio fork+exec+wait /bin/true: {label} {with:.1} µs / without observer {without:.1} µs = {:.3}",
-                with / without
-            );
-        };
-        ratio(&s.elsewhere, "observer watching another cgroup");
-        ratio(&s.plain, "observer watching this cgroup");
+        let (without, with) = interleaved(
+            20,
+            100,
+            || {
+                observer.replace(None);
+                timed(exec_once)
+            },
+            || {
+                let mut slot = observer.borrow_mut();
+                if slot.is_none() {
+                    run.set(run.get() + 1);
+                    *slot = Some(
+                        Observer::attach(
+                            &format!("bench-o3-{}-{}", std::process::id(), run.get()),
+                            &s.plain,
+                        )
+                        .expect("attach observer"),
+                    );
+                }
+                let t = timed(exec_once);
+                if let Some(o) = slot.as_mut() {
+                    black_box(o.drain().expect("drain"));
+                }
+                t
+            },
+        );
+        observer.replace(None);
+        println!(
+            "ratio fork+exec+wait /bin/true: observer watching this cgroup {with:.1} µs / not watched {without:.1} µs = {:.3}",
+            with / without
+        );
     }
     enter(&s.home);
     println!("events lost while benchmarking the watching observer: {lost}");
@@ -350,8 +395,11 @@ impl Drop for FreshBpffs {
     fn drop(&mut self) {
         let c = std::ffi::CString::new(self.root.to_str().unwrap()).unwrap();
         // SAFETY: umount2 of the mount made in `new`, by a NUL-terminated path alive for the
-        // call.
-        unsafe { libc::umount2(c.as_ptr(), 0) };
+        // call; MNT_DETACH if something still holds it.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+            // SAFETY: as above.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
         let _ = fs::remove_dir_all(&self.base);
     }
 }

@@ -243,28 +243,25 @@ pub fn pin_dir(root: &Path, run_id: &str) -> PathBuf {
     bpffs::run_dir(root, run_id).join("egress")
 }
 
+/// The run's maps as aya handles (for the tries, the control flag and the counters).
+type Typed = (
+    LpmTrie<MapData, [u8; 4], [u8; ALLOW_VAL_LEN]>,
+    LpmTrie<MapData, [u8; 16], [u8; ALLOW_VAL_LEN]>,
+    Array<MapData, u32>,
+    Array<MapData, u64>,
+);
+
 /// What `build` made, before it becomes an [`Egress`].
 struct Built {
     attached: Vec<Attached>,
-    inner: Vec<OwnedFd>,
+    typed: Typed,
     inner_ids: [u32; 4],
     slot: u32,
     run_ref: [u8; shared::RUN_REF_LEN],
 }
 
-/// The run's maps as aya handles (for the tries, the control flag and the counters).
-#[allow(clippy::type_complexity)]
-fn typed(
-    inner: Vec<OwnedFd>,
-) -> Result<
-    (
-        LpmTrie<MapData, [u8; 4], [u8; ALLOW_VAL_LEN]>,
-        LpmTrie<MapData, [u8; 16], [u8; ALLOW_VAL_LEN]>,
-        Array<MapData, u32>,
-        Array<MapData, u64>,
-    ),
-    EgressError,
-> {
+/// The run's maps as aya handles.
+fn typed(inner: Vec<OwnedFd>) -> Result<Typed, EgressError> {
     let mut it = inner.into_iter();
     let mut next = |name: &'static str| {
         let fd = it.next().ok_or(EgressError::Map {
@@ -355,21 +352,9 @@ impl Egress {
                 &dir, cgroup_dir, cgroup_id, &cgroup_fd, &tries, events, &shared,
             );
         }
-        let built = built.and_then(|b| {
-            let (allow4, allow6, control, stats) = typed(b.inner)?;
-            Ok((
-                b.attached,
-                b.inner_ids,
-                b.slot,
-                b.run_ref,
-                allow4,
-                allow6,
-                control,
-                stats,
-            ))
-        });
         match built {
-            Ok((attached, inner_ids, slot, run_ref, allow4, allow6, control, stats)) => {
+            Ok(b) => {
+                let (allow4, allow6, control, stats) = b.typed;
                 Ok(Egress {
                     run_id: run_id.to_owned(),
                     cgroup_dir: cgroup_dir.to_path_buf(),
@@ -377,14 +362,14 @@ impl Egress {
                     pin_dir: dir,
                     bpffs: mounted,
                     tries,
-                    attached,
+                    attached: b.attached,
                     control,
                     stats,
                     allow4,
                     allow6,
-                    inner_ids,
-                    slot,
-                    run_ref,
+                    inner_ids: b.inner_ids,
+                    slot: b.slot,
+                    run_ref: b.run_ref,
                     shared,
                     _generation: generation,
                     _lock: lock,
@@ -512,17 +497,30 @@ impl Egress {
                     .map_err(SysError::bpf("writing", shared::RUN_OF))?;
             }
             Ok(())
-        })();
-        if let Err(e) = filled {
-            release();
-            return Err(e);
-        }
+        })()
+        .and_then(|()| typed(inner.into_iter().map(RawMap::into_fd).collect()));
+        let typed = match filled {
+            Ok(t) => t,
+            Err(e) => {
+                if has_storage {
+                    let _ = shared
+                        .run_of
+                        .update(&key, &[0u8; shared::RUN_REF_LEN], sys::BPF_EXIST);
+                }
+                release();
+                return Err(e);
+            }
+        };
 
         let mut attached: Vec<Attached> = Vec::new();
         let undo = |attached: &[Attached]| {
             for a in attached {
                 let _ = sys::link_detach(a.link.as_fd());
             }
+            // The storage names no slot again (it exists only if a link was ever attached).
+            let _ = shared
+                .run_of
+                .update(&key, &[0u8; shared::RUN_REF_LEN], sys::BPF_EXIST);
             release();
         };
         for prog in &shared.progs {
@@ -567,7 +565,7 @@ impl Egress {
         }
         Ok(Built {
             attached,
-            inner: inner.into_iter().map(RawMap::into_fd).collect(),
+            typed,
             inner_ids,
             slot,
             run_ref,
@@ -812,33 +810,21 @@ impl Egress {
     /// each at once. If the allowlist admits every candidate destination, no probe is possible
     /// and verification fails rather than claim what was not shown.
     pub fn verify_probe(&self) -> Verification {
+        self.start_probe().finish()
+    }
+
+    /// [`Egress::verify_probe`] in two halves: starts the probe process and returns at once, so
+    /// that the caller can do other work while it runs (its cost, mostly the `fork`, is then
+    /// off the critical path); [`ProbeStarted::finish`] waits for it and judges its results.
+    pub fn start_probe(&self) -> ProbeStarted {
         let probes = self.probe_destinations();
-        if probes.is_empty() {
-            return Verification::from_problems(
-                vec!["no local destination outside the allowlist to probe (127.0.0.0/8 and ::1 are allowed)".into()],
-                String::new(),
-                None,
-            );
-        }
-        match probe::connect_probes(&self.cgroup_dir, &probes, Duration::from_secs(5)) {
-            Ok(run) => {
-                let mut problems = Vec::new();
-                let mut shown = Vec::new();
-                for (p, r) in probes.iter().zip(&run.results) {
-                    let what = format!("{:?} {}", p.kind, p.dest);
-                    match r {
-                        ProbeResult::Failed(libc::EPERM) => shown.push(format!("{what}: EPERM")),
-                        other => problems.push(format!("{what} was not refused: {other:?}")),
-                    }
-                }
-                Verification::from_problems(
-                    problems,
-                    format!("probe pid {} refused: {}", run.pid, shown.join(", ")),
-                    Some(run.pid),
-                )
-            }
-            Err(e) => Verification::from_problems(vec![format!("probe: {e}")], String::new(), None),
-        }
+        let started = if probes.is_empty() {
+            Err("no local destination outside the allowlist to probe (127.0.0.0/8 and ::1 are allowed)".to_owned())
+        } else {
+            probe::start_connect_probes(&self.cgroup_dir, &probes, Duration::from_secs(5))
+                .map_err(|e| format!("probe: {e}"))
+        };
+        ProbeStarted { probes, started }
     }
 
     /// Detaches the programs, takes the run's maps out of the shared maps, and removes the
@@ -863,6 +849,49 @@ impl Egress {
         drop(self);
         bpffs::remove_part_dir(&dir)?;
         Ok(())
+    }
+}
+
+/// An active probe of [`Egress::start_probe`], running.
+#[derive(Debug)]
+pub struct ProbeStarted {
+    probes: Vec<Probe>,
+    started: Result<probe::Started, String>,
+}
+
+impl ProbeStarted {
+    /// The probe process's pid, if it started (its connect attempts are real events of the
+    /// run's cgroup).
+    pub fn pid(&self) -> Option<u32> {
+        self.started.as_ref().ok().map(probe::Started::pid)
+    }
+
+    /// Waits for the probe (at most 5 s from its start) and judges it: every attempt must have
+    /// got `EPERM`.
+    pub fn finish(self) -> Verification {
+        let started = match self.started {
+            Ok(s) => s,
+            Err(problem) => return Verification::from_problems(vec![problem], String::new(), None),
+        };
+        match started.wait() {
+            Ok(run) => {
+                let mut problems = Vec::new();
+                let mut shown = Vec::new();
+                for (p, r) in self.probes.iter().zip(&run.results) {
+                    let what = format!("{:?} {}", p.kind, p.dest);
+                    match r {
+                        ProbeResult::Failed(libc::EPERM) => shown.push(format!("{what}: EPERM")),
+                        other => problems.push(format!("{what} was not refused: {other:?}")),
+                    }
+                }
+                Verification::from_problems(
+                    problems,
+                    format!("probe pid {} refused: {}", run.pid, shown.join(", ")),
+                    Some(run.pid),
+                )
+            }
+            Err(e) => Verification::from_problems(vec![format!("probe: {e}")], String::new(), None),
+        }
     }
 }
 

@@ -28,7 +28,7 @@ pub mod wire;
 
 pub use allowlist::{Allow, AllowlistError, Tries};
 pub use bpffs::{Mounted, StaleRun, cleanup_stale};
-pub use egress::{Egress, EgressError, EgressStats, block_pinned, pinned_blocked};
+pub use egress::{Egress, EgressError, EgressStats, ProbeStarted, block_pinned, pinned_blocked};
 pub use observer::{Observer, ObserverError};
 pub use shared::SharedError;
 pub use wire::{ConnectEvent, Event, ExecEvent, Hook};
@@ -122,4 +122,5 @@ const _: () = {
     const fn send<T: Send>() {}
     send::<Egress>();
     send::<Observer>();
+    send::<ProbeStarted>();
 };

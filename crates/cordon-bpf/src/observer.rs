@@ -186,8 +186,6 @@ impl Observer {
         cgroup_id: u64,
         shared: &ObserverShared,
     ) -> Result<(RingBuf<MapData>, u32, u32), ObserverError> {
-        std::fs::create_dir(dir.join(shared::marker(cgroup_id)))
-            .map_err(|e| SysError::bpf("recording the cgroup in", dir.display().to_string())(e))?;
         let key = cgroup_id.to_ne_bytes();
         if shared
             .watched
@@ -200,6 +198,17 @@ impl Observer {
                 cgroup_id,
                 path: cgroup_dir.to_path_buf(),
             });
+        }
+        // The cgroup id, for `cleanup_stale` should this process die.
+        let marker = dir.join(shared::marker(cgroup_id));
+        match std::fs::create_dir(&marker) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(
+                    SysError::bpf("recording the cgroup in", dir.display().to_string())(e).into(),
+                );
+            }
         }
         let claimed = shared.rings.claim(cgroup_id)?;
         let slot = claimed.slot;

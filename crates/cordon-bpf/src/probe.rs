@@ -112,6 +112,57 @@ pub fn connect_probes(
     probes: &[Probe],
     limit: Duration,
 ) -> Result<ProbeRun, ProbeError> {
+    start_connect_probes(cgroup_dir, probes, limit)?.wait()
+}
+
+/// Probes started in a process of their own and not yet waited for
+/// ([`start_connect_probes`]): the caller may do other work meanwhile.
+#[derive(Debug)]
+pub struct Started {
+    child: Child,
+    n: usize,
+}
+
+impl Started {
+    /// The probe process's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.pid
+    }
+
+    /// Waits for the results (at most the limit given when started, counted from the start).
+    pub fn wait(self) -> Result<ProbeRun, ProbeError> {
+        let n = self.n;
+        let path = self.child.cgroup_dir.clone();
+        let (pid, bytes, _) = self.child.wait()?;
+        if bytes.len() < n * 4 {
+            return Err(ProbeError::Report {
+                path,
+                got: bytes.len() / 4,
+                want: n,
+            });
+        }
+        let results = bytes
+            .chunks_exact(4)
+            .map(|c| {
+                let v = i32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+                match v {
+                    0 => ProbeResult::Ok,
+                    v if v > 0 => ProbeResult::Failed(v),
+                    v => ProbeResult::NoSocket(-v),
+                }
+            })
+            .collect();
+        Ok(ProbeRun { pid, results })
+    }
+}
+
+/// Starts `probes` in a new process born in the cgroup `cgroup_dir` and returns at once;
+/// [`Started::wait`] collects the results (the process is killed if it takes over `limit`).
+pub fn start_connect_probes(
+    cgroup_dir: &Path,
+    probes: &[Probe],
+    limit: Duration,
+) -> Result<Started, ProbeError> {
     if probes.len() > MAX_PROBES {
         return Err(ProbeError::TooMany(probes.len()));
     }
@@ -138,32 +189,14 @@ pub fn connect_probes(
         .collect();
     let kinds: Vec<ProbeKind> = probes.iter().map(|p| p.kind).collect();
     let n = probes.len();
-    let (pid, bytes) = run_child(cgroup_dir, limit, n * 4, |w| {
+    let child = spawn_child(cgroup_dir, limit, n * 4, |w| {
         let mut results = [0i32; MAX_PROBES];
         for (i, (family, ty, storage, len)) in prepared.iter().enumerate() {
             results[i] = child_probe(*family, *ty, storage, *len, kinds[i]);
         }
         child_write(w, results.as_ptr().cast(), n * 4);
     })?;
-    if bytes.len() < n * 4 {
-        return Err(ProbeError::Report {
-            path: cgroup_dir.to_path_buf(),
-            got: bytes.len() / 4,
-            want: n,
-        });
-    }
-    let results = bytes
-        .chunks_exact(4)
-        .map(|c| {
-            let v = i32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
-            match v {
-                0 => ProbeResult::Ok,
-                v if v > 0 => ProbeResult::Failed(v),
-                v => ProbeResult::NoSocket(-v),
-            }
-        })
-        .collect();
-    Ok(ProbeRun { pid, results })
+    Ok(Started { child, n })
 }
 
 /// Runs `path` with `args` (argv\[0\] included) in a new process born in the cgroup; returns
@@ -183,14 +216,14 @@ pub fn exec_probe(
     let mut argv: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
-    let mut status = 0;
-    let (pid, _) = run_child_status(cgroup_dir, limit, 0, &mut status, |_| {
+    let child = spawn_child(cgroup_dir, limit, 0, |_| {
         // SAFETY: `c_path`, `argv` and `envp` are NUL-terminated and NULL-terminated arrays
         // prepared before the clone and present in this copy of the address space.
         unsafe { libc::execve(c_path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
         // SAFETY: _exit is async-signal-safe and ends this child only.
         unsafe { libc::_exit(127) };
     })?;
+    let (pid, _, status) = child.wait()?;
     Ok((pid, status))
 }
 
@@ -322,26 +355,50 @@ struct CloneArgs {
 const CLONE_PIDFD: u64 = 0x1000;
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
-fn run_child(
-    cgroup_dir: &Path,
-    limit: Duration,
+/// A child process started by [`spawn_child`].
+#[derive(Debug)]
+struct Child {
+    cgroup_dir: PathBuf,
+    pid: u32,
+    raw_pid: libc::pid_t,
+    pidfd: OwnedFd,
+    read_end: OwnedFd,
     report_len: usize,
-    child: impl FnOnce(RawFd),
-) -> Result<(u32, Vec<u8>), ProbeError> {
-    let mut status = 0;
-    run_child_status(cgroup_dir, limit, report_len, &mut status, child)
+    started: Instant,
+    limit: Duration,
+    reaped: bool,
 }
 
-/// Clones a child into the cgroup that runs `child(pipe_write_fd)` and exits 0; collects what
-/// it wrote (up to `report_len` bytes) and its wait status in `status` (exit code, or 128 +
-/// signal).
-fn run_child_status(
+impl Drop for Child {
+    /// A child never waited for is killed and reaped, not left a zombie.
+    fn drop(&mut self) {
+        if self.reaped {
+            return;
+        }
+        // SAFETY: pidfd_send_signal on our own child's pidfd with SIGKILL; no pointers.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        let mut wstatus = 0;
+        // SAFETY: waitpid on our own child with a valid status pointer.
+        unsafe { libc::waitpid(self.raw_pid, &mut wstatus, 0) };
+    }
+}
+
+/// Clones a child into the cgroup that runs `child(pipe_write_fd)` and exits 0; returns at
+/// once. [`Child::wait`] collects what it wrote and its status.
+fn spawn_child(
     cgroup_dir: &Path,
     limit: Duration,
     report_len: usize,
-    status: &mut i32,
     child: impl FnOnce(RawFd),
-) -> Result<(u32, Vec<u8>), ProbeError> {
+) -> Result<Child, ProbeError> {
     let cgroup = std::fs::File::open(cgroup_dir).map_err(|source| ProbeError::OpenCgroup {
         path: cgroup_dir.to_path_buf(),
         source,
@@ -363,6 +420,7 @@ fn run_child_status(
         cgroup: cgroup.as_raw_fd() as u64,
         ..CloneArgs::default()
     };
+    let started = Instant::now();
     // SAFETY: clone3 without CLONE_VM behaves like fork: the child gets a copy of the address
     // space and returns 0 here; it then runs `child`, which makes only async-signal-safe calls
     // on data prepared before this point, and exits with _exit without returning.
@@ -384,7 +442,7 @@ fn run_child_status(
             source: io::Error::last_os_error(),
         });
     }
-    let Ok(pid) = libc::pid_t::try_from(ret) else {
+    let Ok(raw_pid) = libc::pid_t::try_from(ret) else {
         return Err(ProbeError::Clone {
             path: cgroup_dir.to_path_buf(),
             source: io::Error::from(io::ErrorKind::InvalidData),
@@ -393,70 +451,87 @@ fn run_child_status(
     // SAFETY: CLONE_PIDFD stored a new descriptor owned by this process in `pidfd`.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     drop(write_end);
+    Ok(Child {
+        cgroup_dir: cgroup_dir.to_path_buf(),
+        pid: raw_pid as u32,
+        raw_pid,
+        pidfd,
+        read_end,
+        report_len,
+        started,
+        limit,
+        reaped: false,
+    })
+}
 
-    let start = Instant::now();
-    let mut timed_out = false;
-    loop {
-        let left = limit.saturating_sub(start.elapsed());
-        let mut pfd = libc::pollfd {
-            fd: pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: `pfd` is one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n > 0 {
-            break;
+impl Child {
+    /// Waits for the child (killing it once its limit is over): its pid, what it wrote (up to
+    /// the report length), and its status (exit code, or 128 + signal).
+    fn wait(mut self) -> Result<(u32, Vec<u8>, i32), ProbeError> {
+        let mut timed_out = false;
+        loop {
+            let left = self.limit.saturating_sub(self.started.elapsed());
+            let mut pfd = libc::pollfd {
+                fd: self.pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+            // SAFETY: `pfd` is one valid pollfd.
+            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if n > 0 {
+                break;
+            }
+            if n == 0 || left.is_zero() {
+                timed_out = true;
+                // SAFETY: pidfd_send_signal on our own child's pidfd with SIGKILL; no pointers.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        self.pidfd.as_raw_fd(),
+                        libc::SIGKILL,
+                        std::ptr::null::<libc::siginfo_t>(),
+                        0,
+                    )
+                };
+                break;
+            }
+            if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
         }
-        if n == 0 || left.is_zero() {
-            timed_out = true;
-            // SAFETY: pidfd_send_signal on our own child's pidfd with SIGKILL; no pointers.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    pidfd.as_raw_fd(),
-                    libc::SIGKILL,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
+        let mut wstatus = 0;
+        // SAFETY: waitpid on our own child with a valid status pointer.
+        unsafe { libc::waitpid(self.raw_pid, &mut wstatus, 0) };
+        self.reaped = true;
+        let status = if libc::WIFEXITED(wstatus) {
+            libc::WEXITSTATUS(wstatus)
+        } else {
+            128 + libc::WTERMSIG(wstatus)
+        };
+        if timed_out {
+            return Err(ProbeError::Timeout {
+                path: self.cgroup_dir.clone(),
+                limit: self.limit,
+            });
+        }
+        let mut out = vec![0u8; self.report_len];
+        let mut got = 0;
+        while got < self.report_len {
+            // SAFETY: reading into `out[got..]`, which has `report_len - got` writable bytes.
+            let n = unsafe {
+                libc::read(
+                    self.read_end.as_raw_fd(),
+                    out[got..].as_mut_ptr().cast(),
+                    self.report_len - got,
                 )
             };
-            break;
+            if n <= 0 {
+                break;
+            }
+            got += n as usize;
         }
-        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            break;
-        }
+        out.truncate(got);
+        Ok((self.pid, out, status))
     }
-    let mut wstatus = 0;
-    // SAFETY: waitpid on our own child with a valid status pointer.
-    unsafe { libc::waitpid(pid, &mut wstatus, 0) };
-    *status = if libc::WIFEXITED(wstatus) {
-        libc::WEXITSTATUS(wstatus)
-    } else {
-        128 + libc::WTERMSIG(wstatus)
-    };
-    if timed_out {
-        return Err(ProbeError::Timeout {
-            path: cgroup_dir.to_path_buf(),
-            limit,
-        });
-    }
-    let mut out = vec![0u8; report_len];
-    let mut got = 0;
-    while got < report_len {
-        // SAFETY: reading into `out[got..]`, which has `report_len - got` writable bytes.
-        let n = unsafe {
-            libc::read(
-                read_end.as_raw_fd(),
-                out[got..].as_mut_ptr().cast(),
-                report_len - got,
-            )
-        };
-        if n <= 0 {
-            break;
-        }
-        got += n as usize;
-    }
-    out.truncate(got);
-    Ok((pid as u32, out))
 }

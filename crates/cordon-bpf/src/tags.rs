@@ -19,19 +19,27 @@ use sha2::Digest;
 use crate::EGRESS_OBJECT;
 use crate::egress::HOOKS;
 
-/// The two tags a program can have: the hash differs between kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A program's expected tag. The hash differs between kernels: SHA-256 since 6.18 (computed
+/// at once), SHA-1 before (computed only when the SHA-256 one does not match).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tag {
     /// SHA-256 based (Linux ≥ 6.18).
     pub sha256: [u8; 8],
-    /// SHA-1 based (older kernels).
-    pub sha1: [u8; 8],
+    /// The instructions hashed, for the SHA-1 tag of older kernels.
+    hashed: Vec<u8>,
 }
 
 impl Tag {
     /// Whether the kernel's tag is this one.
     pub fn matches(&self, kernel: &[u8; 8]) -> bool {
-        self.sha256 == *kernel || self.sha1 == *kernel
+        self.sha256 == *kernel || self.sha1() == *kernel
+    }
+
+    /// The SHA-1 based tag (Linux < 6.18).
+    pub fn sha1(&self) -> [u8; 8] {
+        let mut t = [0u8; 8];
+        t.copy_from_slice(&sha1_digest(&self.hashed)[..8]);
+        t
     }
 }
 
@@ -303,9 +311,10 @@ pub fn kernel_tag(insns: &[u8]) -> Tag {
     }
     let mut sha256 = [0u8; 8];
     sha256.copy_from_slice(&sha2::Sha256::digest(&dst)[..8]);
-    let mut sha1 = [0u8; 8];
-    sha1.copy_from_slice(&sha1_digest(&dst)[..8]);
-    Tag { sha256, sha1 }
+    Tag {
+        sha256,
+        hashed: dst,
+    }
 }
 
 /// SHA-1 (FIPS 180-4), for kernels before 6.18. Used only to recognize a tag, never to protect
@@ -393,6 +402,10 @@ mod tests {
         assert_eq!(tags.len(), HOOKS.len());
         // Distinct programs, distinct tags.
         let mut seen: Vec<_> = tags.values().map(|t| t.sha256).collect();
+        assert!(
+            tags.values()
+                .all(|t| t.matches(&t.sha1()) && t.sha1() != t.sha256)
+        );
         seen.sort_unstable();
         seen.dedup();
         assert_eq!(seen.len(), HOOKS.len());

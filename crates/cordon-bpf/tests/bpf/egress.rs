@@ -619,3 +619,38 @@ fn kernel_decisions_match_the_allowlist_model() {
     );
     assert!(model.permits("127.16.32.70".parse().unwrap(), Some(1000)));
 }
+
+#[test]
+fn the_active_probe_can_run_while_the_caller_works() {
+    if !privileged("the_active_probe_can_run_while_the_caller_works") {
+        return;
+    }
+    let cg = TestCgroup::new();
+    let mut eg = EgressGuard::attach(&cg, &[allow("127.0.0.2/32", None)]);
+    let started = eg.get().start_probe();
+    let pid = started.pid().expect("probe process started");
+    // Other work meanwhile: the attach-time checks.
+    let attached = eg.get().verify_attached();
+    let probe = started.finish();
+    assert_eq!(probe.state, VerifyState::Enforced, "{}", probe.detail);
+    assert_eq!(probe.probe_pids, [pid]);
+    let v = attached.and(probe);
+    assert_eq!(v.state, VerifyState::Enforced, "{}", v.detail);
+    // A probe dropped unfinished is reaped, not left behind (a zombie keeps its /proc entry).
+    let unfinished = eg.get().start_probe();
+    let pid = unfinished.pid().unwrap();
+    drop(unfinished);
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+
+    // Negative control: with every candidate destination allowed, no probe is possible, and
+    // the probe says so rather than pass.
+    let open = TestCgroup::new();
+    let mut all = EgressGuard::attach(&open, &[allow("127.0.0.0/8", None), allow("::1/128", None)]);
+    let v = all.get().start_probe().finish();
+    assert_eq!(v.state, VerifyState::VerificationFailed);
+    assert!(
+        v.problems[0].starts_with("no local destination"),
+        "{:?}",
+        v.problems
+    );
+}
