@@ -645,3 +645,53 @@ fn a_slot_reused_by_a_later_run_starts_clean() {
     assert_eq!(v.state, VerifyState::Enforced, "{}", v.detail);
     rb.release();
 }
+
+#[test]
+fn nested_runs_each_apply_their_own_list_and_see_the_inner_events() {
+    if !privileged("nested_runs_each_apply_their_own_list_and_see_the_inner_events") {
+        return;
+    }
+    let two = TcpServer::start("127.0.0.2");
+    let three = TcpServer::start("127.0.0.3");
+    let outer = TestCgroup::new();
+    let inner_path = outer.path.join("inner");
+    std::fs::create_dir(&inner_path).unwrap();
+    let inner = TestCgroup { path: inner_path };
+    for (outer_allows_three, inner_allows_three) in [(true, false), (false, true)] {
+        let list = |three: bool| {
+            let mut l = vec![allow("127.0.0.2/32", None)];
+            if three {
+                l.push(allow("127.0.0.3/32", None));
+            }
+            l
+        };
+        let mut ro = Run::attach(&outer, &list(outer_allows_three));
+        let mut ri = Run::attach(&inner, &list(inner_allows_three));
+        // Inside the inner run both lists apply: 127.0.0.3 is refused by whichever refuses it.
+        assert_eq!(tcp_from(&inner.path, two.addr).1, ProbeResult::Ok);
+        assert_eq!(tcp_from(&inner.path, three.addr).1, EPERM);
+        // The outer run alone (negative control of the inner list) follows its own.
+        let expect = if outer_allows_three {
+            ProbeResult::Ok
+        } else {
+            EPERM
+        };
+        assert_eq!(tcp_from(&outer.path, three.addr).1, expect);
+        // An exec in the inner cgroup is an event of both runs.
+        let pid = exec_true(&inner.path, "nested");
+        let seen = |r: &mut Run| {
+            r.collect_until(Duration::from_secs(3), |ev| {
+                ev.iter()
+                    .any(|e| matches!(e, Event::Exec(x) if x.pid == pid))
+            })
+            .iter()
+            .any(|e| matches!(e, Event::Exec(x) if x.pid == pid && x.cgroup_id == inner.id()))
+        };
+        assert!(seen(&mut ro), "the outer run missed the inner exec");
+        assert!(seen(&mut ri), "the inner run missed its exec");
+        let v = ri.verify().and(ro.verify());
+        assert_eq!(v.state, VerifyState::Enforced, "{}", v.detail);
+        ri.release();
+        ro.release();
+    }
+}
