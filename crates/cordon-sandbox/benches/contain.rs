@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
+use cordon_bpf::{Allow, Egress};
 use cordon_sandbox::cgroup::{CgroupLimits, Layout, RunCgroup};
 use cordon_sandbox::contain::contain;
 
@@ -45,46 +46,73 @@ fn containment(c: &mut Criterion) {
     group.sample_size(20);
     group.measurement_time(Duration::from_secs(8));
     let mut counter = 0u64;
-    for n in [1usize, 10, 100] {
-        let mut samples: Vec<Duration> = Vec::new();
-        group.bench_with_input(BenchmarkId::new("verified-dead", n), &n, |b, &n| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    counter += 1;
-                    let (cg, mut child) = tree(&layout, n, counter);
-                    let t = Instant::now();
-                    let outcome = contain(&cg, None);
-                    let took = t.elapsed();
-                    assert!(outcome.complete(), "{outcome:#?}");
-                    if std::env::var_os("CORDON_BENCH_STEPS").is_some() {
-                        let at: Vec<String> = outcome
-                            .steps
-                            .iter()
-                            .map(|s| format!("{}@{}", s.action, s.at_us))
-                            .collect();
-                        eprintln!("n={n} {}", at.join(" "));
+    for with_egress in [false, true] {
+        for n in [1usize, 10, 100] {
+            let label = if with_egress {
+                "verified-dead+egress-blocked"
+            } else {
+                "verified-dead"
+            };
+            let mut samples: Vec<Duration> = Vec::new();
+            group.bench_with_input(BenchmarkId::new(label, n), &n, |b, &n| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        counter += 1;
+                        let (cg, mut child) = tree(&layout, n, counter);
+                        let run_id = format!("bench-{}-{counter}", std::process::id());
+                        let egress = with_egress.then(|| {
+                            let allow = [Allow::new("192.0.2.0".parse().unwrap(), 24, None)];
+                            Egress::attach(&run_id, &cg.v2, &allow, None).expect("egress")
+                        });
+                        let root = std::path::Path::new(cordon_bpf::bpffs::DEFAULT_ROOT);
+                        let mut block = || -> Result<String, String> {
+                            cordon_bpf::block_pinned(root, &run_id).map_err(|e| e.to_string())?;
+                            match cordon_bpf::egress::pinned_blocked(root, &run_id) {
+                                Ok(true) => Ok("blocked".into()),
+                                other => Err(format!("{other:?}")),
+                            }
+                        };
+                        let t = Instant::now();
+                        let outcome = if with_egress {
+                            contain(&cg, Some(&mut block))
+                        } else {
+                            contain(&cg, None)
+                        };
+                        let took = t.elapsed();
+                        assert!(outcome.complete(), "{outcome:#?}");
+                        if std::env::var_os("CORDON_BENCH_STEPS").is_some() {
+                            let at: Vec<String> = outcome
+                                .steps
+                                .iter()
+                                .map(|s| format!("{}@{}", s.action, s.at_us))
+                                .collect();
+                            eprintln!("n={n} {}", at.join(" "));
+                        }
+                        total += took;
+                        samples.push(took);
+                        let _ = child.wait();
+                        let mut steps = Vec::new();
+                        cg.teardown(&mut steps);
+                        if let Some(e) = egress {
+                            e.release().expect("egress release");
+                        }
                     }
-                    total += took;
-                    samples.push(took);
-                    let _ = child.wait();
-                    let mut steps = Vec::new();
-                    cg.teardown(&mut steps);
-                }
-                total
+                    total
+                });
             });
-        });
-        if samples.is_empty() {
-            continue; // filtered out on the command line
+            if samples.is_empty() {
+                continue; // filtered out on the command line
+            }
+            samples.sort();
+            let pct = |percent: usize| samples[(samples.len() - 1) * percent / 100];
+            println!(
+                "contain {n:>3} processes ({label}): median {:.3} ms, p90 {:.3} ms over {} containments",
+                pct(50).as_secs_f64() * 1e3,
+                pct(90).as_secs_f64() * 1e3,
+                samples.len()
+            );
         }
-        samples.sort();
-        let pct = |percent: usize| samples[(samples.len() - 1) * percent / 100];
-        println!(
-            "contain {n:>3} processes: median {:.3} ms, p90 {:.3} ms over {} containments",
-            pct(50).as_secs_f64() * 1e3,
-            pct(90).as_secs_f64() * 1e3,
-            samples.len()
-        );
     }
     group.finish();
 }
