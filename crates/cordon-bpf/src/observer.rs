@@ -511,17 +511,22 @@ impl Observer {
         }
     }
 
-    /// Takes the run out of the shared maps (filter first, then its counter) if the filter still
-    /// names its slot, and frees the slot.
+    /// Takes the run out of the shared maps — the filter first (if it still names this run's
+    /// slot), then the counter (unless the filter names another run's slot now) — and frees the
+    /// slot.
     fn leave(&mut self) {
         if !self.entered {
             return;
         }
         self.entered = false;
         let sh = &self.shared;
-        if sh.watched.get_u32_at_u64(self.cgroup_id).ok().flatten() == Some(self.slot) {
-            forget(&sh.watched, self.cgroup_id);
-            forget(&sh.lost, self.cgroup_id);
+        match sh.watched.get_u32_at_u64(self.cgroup_id).ok().flatten() {
+            Some(slot) if slot == self.slot => {
+                forget(&sh.watched, self.cgroup_id);
+                forget(&sh.lost, self.cgroup_id);
+            }
+            Some(_) => {}
+            None => forget(&sh.lost, self.cgroup_id),
         }
         sh.rings.release(self.slot, self.cgroup_id);
     }

@@ -695,3 +695,23 @@ fn nested_runs_each_apply_their_own_list_and_see_the_inner_events() {
         ro.release();
     }
 }
+
+#[test]
+fn an_observer_released_after_its_filter_entry_was_removed_leaves_nothing() {
+    if !privileged("an_observer_released_after_its_filter_entry_was_removed_leaves_nothing") {
+        return;
+    }
+    let cg = TestCgroup::new();
+    let obs = Observer::attach(&unique("unfiltered"), &cg.path).expect("attach observer");
+    let root = Path::new(ROOT);
+    let s = state(root);
+    assert!(s.watched.iter().any(|(c, _)| *c == cg.id()));
+    assert!(s.lost.contains(&cg.id()));
+    // Another root process removes the run's filter entry.
+    let watched = sys::RawMap::open(&obs.pin_dir().join(shared::WATCHED)).unwrap();
+    assert!(watched.delete(&cg.id().to_ne_bytes()).unwrap());
+    obs.release().unwrap();
+    let s = state(root);
+    assert!(!s.lost.contains(&cg.id()), "{s:?}");
+    assert!(!s.ring_owners.iter().any(|(_, c)| *c == cg.id()), "{s:?}");
+}
