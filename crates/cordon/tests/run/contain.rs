@@ -5,6 +5,31 @@ use std::time::Duration;
 
 use crate::support::*;
 
+/// Waits until `sleepers` processes of the run are up, then finds the run's id in the state
+/// directory (the entry that names this area's ledger).
+fn find_run(area: &Area, marker: &str, sleepers: usize) -> String {
+    for _ in 0..500 {
+        if host_sleepers(marker).len() >= sleepers {
+            let list = Command::new(env!("CARGO_BIN_EXE_cordon"))
+                .args(["contain", "--list"])
+                .output()
+                .unwrap();
+            let found = stdout(&list).lines().find_map(|line| {
+                let id = line.split('\t').next()?;
+                let state = std::fs::read_to_string(format!("/run/cordon/runs/{id}.json")).ok()?;
+                state
+                    .contains(area.path("ledger").to_str().unwrap())
+                    .then(|| id.to_owned())
+            });
+            if let Some(id) = found {
+                return id;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the run never appeared in the state directory");
+}
+
 #[test]
 fn contain_stops_an_active_run_and_records_every_step() {
     if !privileged("contain_stops_an_active_run_and_records_every_step") {
@@ -24,29 +49,7 @@ fn contain_stops_an_active_run_and_records_every_step() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Find the run: its processes carry the marker; its id is in the state directory.
-    let mut run_id = None;
-    for _ in 0..500 {
-        if host_sleepers(&marker).len() >= 4 {
-            let list = Command::new(env!("CARGO_BIN_EXE_cordon"))
-                .args(["contain", "--list"])
-                .output()
-                .unwrap();
-            for line in stdout(&list).lines() {
-                let id = line.split('\t').next().unwrap();
-                let state = std::fs::read_to_string(format!("/run/cordon/runs/{id}.json"))
-                    .unwrap_or_default();
-                if state.contains(area.path("ledger").to_str().unwrap()) {
-                    run_id = Some(id.to_owned());
-                }
-            }
-            if run_id.is_some() {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let run_id = run_id.expect("the run never appeared in the state directory");
+    let run_id = find_run(&area, &marker, 4);
     // Negative control: the run's processes are alive before containment.
     assert_eq!(host_sleepers(&marker).len(), 4);
 
@@ -123,27 +126,7 @@ fn contain_blocks_the_egress_of_an_allowlisted_run_first() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut run_id = None;
-    for _ in 0..500 {
-        if !host_sleepers(&marker).is_empty() {
-            let list = Command::new(env!("CARGO_BIN_EXE_cordon"))
-                .args(["contain", "--list"])
-                .output()
-                .unwrap();
-            run_id = stdout(&list).lines().find_map(|line| {
-                let id = line.split('\t').next()?;
-                let state = std::fs::read_to_string(format!("/run/cordon/runs/{id}.json")).ok()?;
-                state
-                    .contains(area.path("ledger").to_str().unwrap())
-                    .then(|| id.to_owned())
-            });
-            if run_id.is_some() {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let run_id = run_id.expect("the run never appeared");
+    let run_id = find_run(&area, &marker, 1);
     let out = Command::new(env!("CARGO_BIN_EXE_cordon"))
         .args(["contain", &run_id])
         .output()
