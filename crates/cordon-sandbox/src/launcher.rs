@@ -180,6 +180,7 @@ impl Backend for LinuxBackend {
             registered: None,
             observer: None,
             egress: None,
+            egress_probe: None,
         };
         match started.launch(self, plan, gate) {
             Ok(run) => Ok(run),
@@ -199,6 +200,7 @@ struct Starting {
     registered: Option<(StateDir, String)>,
     observer: Option<Observer>,
     egress: Option<Egress>,
+    egress_probe: Option<cordon_bpf::egress::ProbeStarted>,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -257,10 +259,11 @@ impl Starting {
                     .iter()
                     .map(|r| Allow::new(r.net, r.prefix, r.port))
                     .collect();
-                self.egress = Some(
-                    Egress::attach(&plan.run_id, &cg.v2, &allow, Some(&observer))
-                        .map_err(|e| BackendError::new("egress", e))?,
-                );
+                let egress = Egress::attach(&plan.run_id, &cg.v2, &allow, Some(&observer))
+                    .map_err(|e| BackendError::new("egress", e))?;
+                // The active probe runs in its own process while init builds the boundary.
+                self.egress_probe = Some(egress.start_probe());
+                self.egress = Some(egress);
             }
             self.observer = Some(observer);
             self.timings
@@ -458,7 +461,11 @@ impl Starting {
             ));
         }
         if let Some(e) = &self.egress {
-            let v = e.verify();
+            let attached = e.verify_attached();
+            let v = match self.egress_probe.take() {
+                Some(probe) => attached.and(probe.finish()),
+                None => attached.and(e.verify_probe()),
+            };
             probe_pids.extend(v.probe_pids.iter().copied());
             enforcement.retain(|p| p.provider != "network");
             enforcement.push(bpf_report("egress", &v));
