@@ -385,20 +385,59 @@ impl Ledger {
     /// its `seq` and `hash` once it is on disk (fsynced). Integers above
     /// 2^53 in `data` are stored as decimal strings.
     pub fn append(&self, kind: &str, data: Value) -> Result<Head, LedgerError> {
+        let mut heads = self.append_all(vec![(kind.to_owned(), data)])?;
+        heads.pop().ok_or_else(|| LedgerError::Poisoned {
+            path: self.inner.paths.file.clone(),
+            reason: "an append acknowledged nothing".to_owned(),
+        })
+    }
+
+    /// Appends several entries, consecutively and in order, and returns their `seq` and `hash`
+    /// once all of them are on disk: they share the fsyncs (one, when they fit in a batch). On
+    /// error none of them should be taken as committed.
+    pub fn append_all(&self, entries: Vec<(String, Value)>) -> Result<Vec<Head>, LedgerError> {
         let inner = &*self.inner;
-        let mut pending = prepare(kind, data)?;
+        let mut prepared = Vec::with_capacity(entries.len());
+        for (kind, data) in entries {
+            prepared.push(prepare(&kind, data)?);
+        }
         let mut st = lock_state(&inner.state);
-        let ticket = st.next_ticket;
-        st.next_ticket += 1;
-        pending.ticket = ticket;
-        st.queue.push_back(pending);
+        let mut tickets = Vec::with_capacity(prepared.len());
+        for mut pending in prepared {
+            let ticket = st.next_ticket;
+            st.next_ticket += 1;
+            pending.ticket = ticket;
+            tickets.push(ticket);
+            st.queue.push_back(pending);
+        }
+        let mut heads: Vec<Option<Head>> = vec![None; tickets.len()];
+        let mut missing = tickets.len();
         loop {
-            if let Some(r) = st.results.remove(&ticket) {
-                return r;
+            for (i, ticket) in tickets.iter().enumerate() {
+                if heads[i].is_none()
+                    && let Some(r) = st.results.remove(ticket)
+                {
+                    match r {
+                        Ok(h) => {
+                            heads[i] = Some(h);
+                            missing -= 1;
+                        }
+                        Err(e) => {
+                            st.queue.retain(|p| !tickets.contains(&p.ticket));
+                            for t in &tickets {
+                                st.results.remove(t);
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+            if missing == 0 {
+                return Ok(heads.into_iter().flatten().collect());
             }
             if let Some(reason) = &st.poisoned {
                 let reason = reason.clone();
-                st.queue.retain(|p| p.ticket != ticket);
+                st.queue.retain(|p| !tickets.contains(&p.ticket));
                 return Err(LedgerError::Poisoned {
                     path: inner.paths.file.clone(),
                     reason,

@@ -229,3 +229,51 @@ fn truncation_by_another_program_while_open_is_refused() {
         Err(LedgerError::Poisoned { .. })
     ));
 }
+
+/// `append_all` commits a batch in order and contiguously, even with other appenders at work,
+/// and the ledger verifies.
+#[test]
+fn batches_are_contiguous_and_in_order_among_concurrent_appenders() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = cordon_ledger::Ledger::open(dir.path()).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let ledger = ledger.clone();
+            s.spawn(move || {
+                for b in 0..10 {
+                    let batch: Vec<(String, serde_json::Value)> = (0..5)
+                        .map(|i| {
+                            (
+                                "batch".to_owned(),
+                                serde_json::json!({"thread": t, "batch": b, "i": i}),
+                            )
+                        })
+                        .collect();
+                    let heads = ledger.append_all(batch).unwrap();
+                    let seqs: Vec<u64> = heads.iter().map(|h| h.seq).collect();
+                    let first = seqs[0];
+                    assert_eq!(seqs, (first..first + 5).collect::<Vec<_>>());
+                }
+            });
+        }
+    });
+    let text = std::fs::read_to_string(dir.path().join("ledger.jsonl")).unwrap();
+    let entries: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(entries.len(), 200);
+    for chunk in entries.chunks(5) {
+        let key = (&chunk[0]["data"]["thread"], &chunk[0]["data"]["batch"]);
+        for (i, e) in chunk.iter().enumerate() {
+            assert_eq!((&e["data"]["thread"], &e["data"]["batch"]), key);
+            assert_eq!(e["data"]["i"], i);
+        }
+    }
+    let report = cordon_ledger::verify(
+        &cordon_ledger::Paths::resolve(dir.path()),
+        &cordon_ledger::VerifyOptions::default(),
+    )
+    .unwrap();
+    assert!(report.damage.is_none(), "{report:?}");
+}

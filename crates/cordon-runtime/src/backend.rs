@@ -100,9 +100,9 @@ pub trait Backend {
 }
 
 /// Where a backend delivers host-observed events (`host.exec`, `host.connect`, …) while the run
-/// goes on, in the order the kernel produced them; the runtime records them in the ledger between
-/// the run's start and end.
-pub type EventSink<'a> = &'a mut dyn FnMut(&str, Value);
+/// goes on, a batch at a time, in the order the kernel produced them; the runtime records each
+/// batch in the ledger (sharing one fsync) between the run's start and end.
+pub type EventSink<'a> = &'a mut dyn FnMut(Vec<(String, Value)>);
 
 /// A run in progress.
 pub trait Running {
@@ -136,4 +136,17 @@ pub trait Running {
 pub trait Evidence: Send {
     /// Appends one entry durably and returns its position.
     fn record(&mut self, kind: &str, data: Value) -> Result<LedgerPosition, String>;
+
+    /// Appends entries durably, in order, and returns the position of the last one. Ledgers
+    /// that can make a batch durable at once should override this.
+    fn record_all(
+        &mut self,
+        entries: Vec<(String, Value)>,
+    ) -> Result<Option<LedgerPosition>, String> {
+        let mut last = None;
+        for (kind, data) in entries {
+            last = Some(self.record(&kind, data)?);
+        }
+        Ok(last)
+    }
 }

@@ -104,9 +104,14 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     // Host-observed events go into the ledger as they come; one that cannot be recorded makes
     // the run unprovable, so it is remembered and the run is not ALLOWED.
     let mut event_errors: Vec<String> = Vec::new();
-    let mut sink = |kind: &str, data: serde_json::Value| {
-        if let Err(e) = evidence.record(kind, data) {
-            event_errors.push(format!("{kind}: {e}"));
+    let mut sink = |batch: Vec<(String, serde_json::Value)>| {
+        if batch.is_empty() {
+            return;
+        }
+        let n = batch.len();
+        let first = batch[0].0.clone();
+        if let Err(e) = evidence.record_all(batch) {
+            event_errors.push(format!("{n} entries from {first}: {e}"));
         }
     };
     let outcome = run.wait(deadline, &mut sink);
@@ -132,7 +137,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     report.teardown = run.teardown(&mut sink);
     if !event_errors.is_empty() {
         report.reasons.push(format!(
-            "ledger: {} host-observed events could not be recorded (first: {})",
+            "ledger: {} batches of host-observed events could not be recorded (first: {})",
             event_errors.len(),
             event_errors[0]
         ));
@@ -290,7 +295,10 @@ mod tests {
             _: Option<Instant>,
             events: crate::backend::EventSink<'_>,
         ) -> Result<Outcome, BackendError> {
-            events("host.exec", serde_json::json!({"path": "/bin/true"}));
+            events(vec![(
+                "host.exec".to_owned(),
+                serde_json::json!({"path": "/bin/true"}),
+            )]);
             self.outcome
                 .clone()
                 .map_err(|e| BackendError::new("wait", e))

@@ -206,6 +206,7 @@ impl RunSpec {
             }
         }
 
+        let loaders = dynamic_loaders();
         let mut exec_paths = None;
         if let Some(exec) = &self.exec {
             let mut resolved_exec = Vec::new();
@@ -219,8 +220,8 @@ impl RunSpec {
             }
             // The kernel opens a dynamic binary's ELF interpreter for execution too: without it
             // nothing dynamically linked could run. Only the loader file itself is added.
-            for (_, loader) in dynamic_loaders() {
-                resolved_exec.push(loader);
+            for (_, loader) in &loaders {
+                resolved_exec.push(loader.clone());
             }
             resolved_exec.sort();
             resolved_exec.dedup();
@@ -244,7 +245,7 @@ impl RunSpec {
 
         // Whatever else is granted, the dynamic loader must be reachable under the name
         // binaries carry (`/lib64/ld-linux-x86-64.so.2`), or nothing dynamically linked runs.
-        for (name, loader) in dynamic_loaders() {
+        for (name, loader) in loaders {
             if !grants.keys().any(|g| loader.starts_with(g)) {
                 grants.insert(loader.clone(), Grant::Read);
             }

@@ -835,7 +835,12 @@ fn bpf_report(provider: &str, v: &Verification) -> ProviderReport {
 }
 
 /// An event as the ledger records it: its kind and data.
-fn event_entry(event: &Event, probe_pids: &[u32]) -> (&'static str, serde_json::Value) {
+fn event_entry(event: &Event, probe_pids: &[u32]) -> (String, serde_json::Value) {
+    let (kind, data) = event_data(event, probe_pids);
+    (kind.to_owned(), data)
+}
+
+fn event_data(event: &Event, probe_pids: &[u32]) -> (&'static str, serde_json::Value) {
     let probe = probe_pids.contains(&event.pid());
     match event {
         Event::Exec(e) => (
@@ -1002,10 +1007,11 @@ impl Running for LinuxRun {
         if let Some(o) = self.observer.take() {
             match o.release() {
                 Ok(last) => {
-                    for ev in &last {
-                        let (kind, data) = event_entry(ev, &self.probe_pids);
-                        events(kind, data);
-                    }
+                    events(
+                        last.iter()
+                            .map(|ev| event_entry(ev, &self.probe_pids))
+                            .collect(),
+                    );
                     steps.push("observer detached".into());
                 }
                 Err(err) => steps.push(format!("observer release failed: {err}")),
@@ -1032,16 +1038,16 @@ impl LinuxRun {
             return;
         };
         match o.drain() {
-            Ok(batch) => {
-                for ev in &batch {
-                    let (kind, data) = event_entry(ev, &self.probe_pids);
-                    events(kind, data);
-                }
-            }
-            Err(e) => events(
-                "host.observer-error",
-                serde_json::json!({ "error": e.to_string() }),
+            Ok(batch) => events(
+                batch
+                    .iter()
+                    .map(|ev| event_entry(ev, &self.probe_pids))
+                    .collect(),
             ),
+            Err(e) => events(vec![(
+                "host.observer-error".to_owned(),
+                serde_json::json!({ "error": e.to_string() }),
+            )]),
         }
     }
 

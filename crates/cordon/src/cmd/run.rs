@@ -364,11 +364,25 @@ struct LedgerEvidence {
 impl Evidence for LedgerEvidence {
     fn record(&mut self, kind: &str, data: Value) -> Result<LedgerPosition, String> {
         let head = self.ledger.append(kind, data).map_err(|e| e.to_string())?;
-        Ok(LedgerPosition {
+        Ok(self.position(head))
+    }
+
+    fn record_all(
+        &mut self,
+        entries: Vec<(String, Value)>,
+    ) -> Result<Option<LedgerPosition>, String> {
+        let heads = self.ledger.append_all(entries).map_err(|e| e.to_string())?;
+        Ok(heads.last().map(|h| self.position(*h)))
+    }
+}
+
+impl LedgerEvidence {
+    fn position(&self, head: cordon_ledger::Head) -> LedgerPosition {
+        LedgerPosition {
             path: self.path.clone(),
             seq: head.seq,
             head: head.hash_hex(),
-        })
+        }
     }
 }
 
