@@ -101,17 +101,26 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     };
 
     let deadline = plan.limits.timeout.map(|t| started + t);
-    // Host-observed events go into the ledger as they come; one that cannot be recorded makes
-    // the run unprovable, so it is remembered and the run is not ALLOWED.
+    // Host-observed events go into the ledger as they come, a batch every quarter second (or
+    // every 256 events) so that a long run's evidence is durable as it goes; what is left at the
+    // end is committed with the run's end under one fsync. One that cannot be recorded makes the
+    // run unprovable, so it is remembered and the run is not ALLOWED.
     let mut event_errors: Vec<String> = Vec::new();
+    let mut pending: Vec<(String, serde_json::Value)> = Vec::new();
+    let mut last_flush = Instant::now();
     let mut sink = |batch: Vec<(String, serde_json::Value)>| {
-        if batch.is_empty() {
-            return;
-        }
-        let n = batch.len();
-        let first = batch[0].0.clone();
-        if let Err(e) = evidence.record_all(batch) {
-            event_errors.push(format!("{n} entries from {first}: {e}"));
+        pending.extend(batch);
+        if pending.len() >= EVENT_BATCH || last_flush.elapsed() >= EVENT_FLUSH {
+            last_flush = Instant::now();
+            let batch = std::mem::take(&mut pending);
+            if batch.is_empty() {
+                return;
+            }
+            let n = batch.len();
+            let first = batch[0].0.clone();
+            if let Err(e) = evidence.record_all(batch) {
+                event_errors.push(format!("{n} entries from {first}: {e}"));
+            }
         }
     };
     let outcome = run.wait(deadline, &mut sink);
@@ -135,6 +144,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     report.enforcement = run.enforcement();
     report.timings_us = run.timings();
     report.teardown = run.teardown(&mut sink);
+    let tail = std::mem::take(&mut pending);
     if !event_errors.is_empty() {
         report.reasons.push(format!(
             "ledger: {} batches of host-observed events could not be recorded (first: {})",
@@ -191,13 +201,29 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         }
     }
 
-    finish(&mut report, evidence, "run.end", started);
+    finish_with(&mut report, evidence, tail, "run.end", started);
     report
 }
+
+/// Most host-observed events held before they are written.
+const EVENT_BATCH: usize = 256;
+/// Longest time a host-observed event waits before it is written.
+const EVENT_FLUSH: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Records the report's final entry and stores its position in the report. A run whose end
 /// cannot be recorded cannot be shown to anyone, so it is not `ALLOWED`.
 fn finish(report: &mut Report, evidence: &mut dyn Evidence, kind: &str, started: Instant) {
+    finish_with(report, evidence, Vec::new(), kind, started);
+}
+
+/// [`finish`], committing `before` (the last host-observed events) first, under the same fsync.
+fn finish_with(
+    report: &mut Report,
+    evidence: &mut dyn Evidence,
+    mut before: Vec<(String, serde_json::Value)>,
+    kind: &str,
+    started: Instant,
+) {
     report.duration_ms = millis(started.elapsed());
     let data = json!({
         "run_id": report.run_id,
@@ -209,9 +235,14 @@ fn finish(report: &mut Report, evidence: &mut dyn Evidence, kind: &str, started:
         "spec_hash": report.spec_hash,
         "duration_ms": report.duration_ms,
     });
-    match evidence.record(kind, data) {
-        Ok(pos) => report.ledger = Some(pos),
-        Err(e) => {
+    before.push((kind.to_owned(), data));
+    match evidence.record_all(before) {
+        Ok(Some(pos)) => report.ledger = Some(pos),
+        outcome => {
+            let e = match outcome {
+                Err(e) => e,
+                _ => "nothing was acknowledged".to_owned(),
+            };
             report
                 .reasons
                 .push(format!("ledger: could not record the run's end: {e}"));
