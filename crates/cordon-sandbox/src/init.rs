@@ -137,8 +137,9 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
     let landlock = landlock::apply(&plan.landlock).stage("landlock")?;
     clock.lap("landlock");
     let programs = seccomp::build().stage("seccomp")?;
+    clock.lap("seccomp (compile)");
     seccomp::install(&programs).stage("seccomp")?;
-    clock.lap("seccomp");
+    clock.lap("seccomp (install)");
     // From here on only the allowlist's calls are possible, in this process and its children.
 
     status.send(&Message::Ready {
