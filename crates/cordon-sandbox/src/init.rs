@@ -93,6 +93,14 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
         return Ok(0);
     }
 
+    if plan.landlock.exec.is_some() {
+        // A memfd lives on no path Landlock can name, so `execveat(memfd)` would slip past the
+        // execute rules: in this pid namespace (and any below it, which cannot lower it) memfds
+        // are never executable. The setting belongs to the writer's pid namespace; the file is
+        // writable only by the host's uid 0, which this process still is until the change below.
+        std::fs::write("/proc/sys/vm/memfd_noexec", b"2").stage("memfd_noexec")?;
+    }
+
     // Identity first: files created while building the tree must belong to a mapped id. The
     // capabilities this process holds in its user namespace survive the change (uid 0 is not
     // mapped, so the kernel's root-to-non-root rule does not apply); they are dropped below.
@@ -126,6 +134,7 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
     let mut clock = Stopwatch::start();
     let mounts = mounts::build(plan).stage("mounts")?;
     clock.lap("mounts");
+
     rustix::system::sethostname(plan.hostname.as_bytes()).stage("hostname")?;
     if plan.net == NetPlan::None {
         loopback_up().stage("loopback")?;

@@ -79,6 +79,8 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
         let mut set = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
         if !writable {
             set |= libc::MOUNT_ATTR_RDONLY;
+        } else if noexec_when_exec_restricted(plan, &m.path) {
+            set |= libc::MOUNT_ATTR_NOEXEC;
         }
         sys::mount_setattr(fd.as_fd(), true, set, 0, None).map_err(err("restrict", &m.path))?;
         sources.push((m.path.clone(), fd, writable));
@@ -129,14 +131,12 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
             .map_or("size=50%".to_owned(), |m| format!("size={}", m / 2));
         let opts = std::ffi::CString::new(format!("mode=1777,{size}"))
             .map_err(|e| err("mount tmpfs on", &tmp)(io::Error::other(e)))?;
-        mount(
-            "tmpfs",
-            &tmp,
-            "tmpfs",
-            MountFlags::NOSUID | MountFlags::NODEV,
-            opts.as_c_str(),
-        )
-        .map_err(err("mount tmpfs on", &tmp))?;
+        let mut flags = MountFlags::NOSUID | MountFlags::NODEV;
+        if noexec_when_exec_restricted(plan, Path::new("/tmp")) {
+            flags |= MountFlags::NOEXEC;
+        }
+        mount("tmpfs", &tmp, "tmpfs", flags, opts.as_c_str())
+            .map_err(err("mount tmpfs on", &tmp))?;
         count += 1;
     }
 
@@ -203,6 +203,18 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
     )
     .map_err(err("remount read-only", root))?;
     Ok(count)
+}
+
+/// Under `--exec`, whether a writable tree is mounted `noexec`: Landlock's execute right covers
+/// `execve` but not the dynamic loader mapping a file (`ld.so ./written-binary`), which `noexec`
+/// refuses. A writable tree that holds an exec path (or lies inside one) stays executable.
+fn noexec_when_exec_restricted(plan: &Plan, writable: &Path) -> bool {
+    match &plan.landlock.exec {
+        None => false,
+        Some(exec) => !exec
+            .iter()
+            .any(|e| e.starts_with(writable) || writable.starts_with(e)),
+    }
 }
 
 fn build_dev(dev: &Path, devices: Vec<(&str, OwnedFd)>) -> Result<usize, MountError> {

@@ -596,3 +596,65 @@ fn egress_allowlist_lets_through_only_what_it_lists() {
     assert!(refused_seen, "the refused connect is not in the ledger");
     drop((allowed, refused));
 }
+
+/// `--exec` also holds against the two ways around `execve`'s check: asking the dynamic loader to
+/// map a written binary (`ld.so ./binary`), and executing an anonymous memfd (no path to check).
+/// Negative control: both work in the same run under a policy that does not restrict execution.
+#[test]
+fn exec_restriction_holds_against_the_loader_and_memfd() {
+    if !privileged("exec_restriction_holds_against_the_loader_and_memfd") {
+        return;
+    }
+    let area = Area::new();
+    let ws = area.workspace("ws");
+    let ws_s = ws.display().to_string();
+    let loader = std::fs::read_dir("/lib64")
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("ld-linux"))
+        .map(|e| e.path().display().to_string())
+        .expect("a dynamic loader in /lib64");
+    let via_loader = format!(
+        "import shutil, subprocess\nshutil.copy('/usr/bin/echo', '{ws_s}/e')\n\
+         r = subprocess.run(['{loader}', '{ws_s}/e', 'RAN'], capture_output=True, text=True)\n\
+         print('OK' if r.stdout.strip() == 'RAN' else 'REFUSED ' + r.stderr.strip().split(': ')[-1])"
+    );
+    let via_memfd = r#"fd = os.memfd_create('x')
+os.write(fd, open('/usr/bin/echo', 'rb').read())
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execve(fd, ['echo', 'OK'], {})
+    except OSError as e:
+        print('ERR', errno.errorcode[e.errno], flush=True)
+        os._exit(1)
+os.waitpid(pid, 0)"#;
+    let open = area.path("open.toml");
+    fs::write(&open, "[filesystem]\nread = [\"/usr\", \"/etc\"]\n").unwrap();
+    let open = open.display().to_string();
+
+    for (name, probe) in [("loader", py(&via_loader)), ("memfd", py(via_memfd))] {
+        let free = area.run(&["--policy", &open, "--write", &ws_s], &strs(&probe));
+        assert_eq!(
+            free.ok().trim(),
+            "OK",
+            "control via {name}: {}",
+            free.explain()
+        );
+        let r = area.run(
+            &["--policy", &open, "--write", &ws_s, "--exec", "/usr"],
+            &strs(&probe),
+        );
+        let out = r.ok();
+        match name {
+            // The kernel refuses to map the file executable (noexec mount).
+            "loader" => assert!(
+                out.contains("REFUSED failed to map segment from shared object"),
+                "{}",
+                r.explain()
+            ),
+            // memfd_noexec=2 in the run's pid namespace: exec of a memfd is refused.
+            _ => assert_eq!(out.trim(), "ERR EACCES", "{}", r.explain()),
+        }
+    }
+}
