@@ -333,12 +333,7 @@ impl Ledger {
         if created {
             sync_dir(&paths.dir).map_err(oerr(&paths.dir))?;
         }
-        let lock = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&paths.lock)
-            .map_err(oerr(&paths.lock))?;
+        let lock = open_lock_file(&paths.lock)?;
         let mut io = Io {
             file,
             len: 0,
@@ -820,22 +815,12 @@ pub fn sign_checkpoint(
     };
     // One signer at a time per ledger.
     let cp_lock_path = paths.checkpoint_lock();
-    let cp_lock = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&cp_lock_path)
-        .map_err(oerr(&cp_lock_path))?;
+    let cp_lock = open_lock_file(&cp_lock_path)?;
     let _cp_guard = FileLock::take(&cp_lock, &cp_lock_path)?;
     // Only what appenders have fsynced: read the length under their lock.
     let file = File::open(&paths.file).map_err(oerr(&paths.file))?;
     let committed = {
-        let lock = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&paths.lock)
-            .map_err(oerr(&paths.lock))?;
+        let lock = open_lock_file(&paths.lock)?;
         let _g = FileLock::take(&lock, &paths.lock)?;
         file.metadata().map_err(oerr(&paths.file))?.len()
     };
@@ -931,6 +916,30 @@ pub fn sign_checkpoint(
         checkpoint,
         previous,
     })
+}
+
+/// Opens (creating it if needed) a lock file readable and writable by its owner only: `flock`
+/// works on any descriptor, so a lock file others may open is a lock others may hold, and an
+/// appender (or a contained command that can read the ledger) could stall every writer. A lock
+/// file left more open by an older version is narrowed when this process owns it.
+fn open_lock_file(path: &Path) -> Result<File, LedgerError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| LedgerError::Open {
+            path: path.to_path_buf(),
+            source: arc(source),
+        })?;
+    if let Ok(meta) = file.metadata()
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
+    }
+    Ok(file)
 }
 
 /// Writes `bytes` to `path` by way of a temporary file and a rename, with
