@@ -43,6 +43,10 @@ pub struct Mount {
     pub path: PathBuf,
     /// How it is made visible.
     pub kind: MountKind,
+    /// For a bind: the `(device, inode)` the path named when the spec was checked. The
+    /// launcher binds the path only if it still names the same file and is reached without
+    /// following a symlink, so a grant cannot be swapped between the check and the mount.
+    pub id: Option<(u64, u64)>,
 }
 
 /// How a path is made visible.

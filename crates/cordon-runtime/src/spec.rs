@@ -117,6 +117,19 @@ pub enum SpecError {
         /// The sandbox's own mount it collides with.
         own: &'static str,
     },
+    /// A grant goes through a symlink in a directory others can change.
+    #[error(
+        "{kind} path {path} goes through the symlink {link}, in a directory others than root can \
+         change; grant the path it points to instead"
+    )]
+    UntrustedSymlink {
+        /// `read`, `write` or `exec`.
+        kind: &'static str,
+        /// The path as given.
+        path: PathBuf,
+        /// The symlink.
+        link: PathBuf,
+    },
     /// A writable path would let the command rewrite a protected path (the evidence ledger).
     #[error(
         "write path {path} would let the command modify {protected}, which must stay out of its reach"
@@ -257,16 +270,27 @@ impl RunSpec {
         let cwd = self.validate_cwd(&grants)?;
         let identity = self.identity(&grants)?;
 
-        let mut mounts: Vec<Mount> = grants
-            .iter()
-            .map(|(path, grant)| Mount {
+        let mut mounts: Vec<Mount> = Vec::with_capacity(grants.len());
+        for (path, grant) in &grants {
+            use std::os::unix::fs::MetadataExt;
+            let meta = std::fs::metadata(path).map_err(|source| SpecError::Path {
+                kind: if *grant == Grant::Write {
+                    "write"
+                } else {
+                    "read"
+                },
+                path: path.clone(),
+                source,
+            })?;
+            mounts.push(Mount {
                 path: path.clone(),
                 kind: match grant {
                     Grant::Read => MountKind::ReadOnly,
                     Grant::Write => MountKind::ReadWrite,
                 },
-            })
-            .collect();
+                id: Some((meta.dev(), meta.ino())),
+            });
+        }
         for (link, target) in &symlinks {
             // A symlink shadowed by a granted directory (or the path itself) needs nothing more.
             if grants.contains_key(link) || grants.keys().any(|g| link.starts_with(g)) {
@@ -275,6 +299,7 @@ impl RunSpec {
             mounts.push(Mount {
                 path: link.clone(),
                 kind: MountKind::Symlink(target.clone()),
+                id: None,
             });
         }
         // Parents before children, so a nested grant is mounted on top of its parent's.
@@ -350,9 +375,54 @@ impl RunSpec {
             }
         }
         if canonical != absolute {
+            self.check_symlinks(kind, given, &absolute)?;
             symlinks.insert(absolute, canonical.clone());
         }
         Ok(canonical)
+    }
+
+    /// A grant may go through a symlink only when the symlink's directory can be changed by
+    /// root (or, for an ordinary caller, by that caller) alone: otherwise whoever can replace the
+    /// link (another run with a writable grant, another user) decides what this run is given.
+    fn check_symlinks(
+        &self,
+        kind: &'static str,
+        given: &Path,
+        absolute: &Path,
+    ) -> Result<(), SpecError> {
+        use std::os::unix::fs::MetadataExt;
+        let mut prefix = PathBuf::from("/");
+        for c in absolute.components().skip(1) {
+            prefix.push(c);
+            let Ok(meta) = std::fs::symlink_metadata(&prefix) else {
+                return Ok(()); // canonicalize succeeded, so the rest resolves; nothing to check
+            };
+            if !meta.file_type().is_symlink() {
+                continue;
+            }
+            let dir = prefix.parent().unwrap_or(Path::new("/"));
+            let dmeta = std::fs::metadata(dir).map_err(|source| SpecError::Path {
+                kind,
+                path: given.to_path_buf(),
+                source,
+            })?;
+            let trusted_owner = dmeta.uid() == 0 || dmeta.uid() == self.caller.0;
+            if !trusted_owner || dmeta.mode() & 0o022 != 0 {
+                return Err(SpecError::UntrustedSymlink {
+                    kind,
+                    path: given.to_path_buf(),
+                    link: prefix.clone(),
+                });
+            }
+            // Continue from where the link points (it may itself go through further links).
+            let target = prefix.canonicalize().map_err(|source| SpecError::Path {
+                kind,
+                path: given.to_path_buf(),
+                source,
+            })?;
+            prefix = target;
+        }
+        Ok(())
     }
 
     /// The host uid/gid the command runs as. An ordinary caller: its own (an unprivileged user
@@ -379,7 +449,7 @@ impl RunSpec {
                     }
                     continue;
                 } else {
-                    (meta.uid(), meta.gid())
+                    (meta.uid(), primary_gid(meta.uid()))
                 };
                 match &host {
                     Some((o, first)) if o.0 != owner.0 => {
@@ -516,6 +586,22 @@ fn no_nul_path(p: &Path, kind: &str) -> Result<(), SpecError> {
     }
 }
 
+/// The group the command runs with when it runs as `uid`: that user's primary group from
+/// `/etc/passwd`, never the workspace directory's group (which may be root's, or `docker`'s), and
+/// never gid 0; `nogroup` when there is no such entry.
+fn primary_gid(uid: u32) -> u32 {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .find_map(|line| {
+            let mut f = line.split(':');
+            let (_, _, u, g) = (f.next()?, f.next()?, f.next()?, f.next()?);
+            (u.parse::<u32>().ok()? == uid).then(|| g.parse::<u32>().ok())?
+        })
+        .filter(|&g| g != 0)
+        .unwrap_or(NOBODY.1)
+}
+
 /// The dynamic loaders (ELF interpreters) installed on this host: the name binaries carry (in
 /// `/lib64` or `/lib`) and the canonical file it resolves to.
 fn dynamic_loaders() -> Vec<(PathBuf, PathBuf)> {
@@ -541,8 +627,26 @@ fn dynamic_loaders() -> Vec<(PathBuf, PathBuf)> {
     out
 }
 
+/// The canonical form of `p`, also when it does not exist yet: its deepest existing ancestor is
+/// canonicalized (so a symlink on the way is seen through) and the rest appended.
 fn canonical_or_lexical(p: &Path) -> PathBuf {
-    p.canonicalize().unwrap_or_else(|_| normalize(p))
+    let p = normalize(p);
+    let mut missing = Vec::new();
+    let mut at = p.as_path();
+    loop {
+        if let Ok(c) = at.canonicalize() {
+            let mut out = c;
+            out.extend(missing.iter().rev());
+            return out;
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_owned());
+                at = parent;
+            }
+            _ => return p,
+        }
+    }
 }
 
 /// Lexical normalization: removes `.` and resolves `..` against the preceding component
@@ -633,6 +737,38 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_host_group_is_never_root_even_when_the_workspace_is_roots_group() {
+        use std::os::unix::fs::MetadataExt;
+        // /proc/self belongs to the effective uid.
+        if std::fs::metadata("/proc/self")
+            .map(|m| m.uid())
+            .unwrap_or(1)
+            != 0
+        {
+            let msg = "SKIP the_host_group_is_never_root...: needs root to chown";
+            if std::env::var_os("CORDON_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
+                panic!("{msg}; CORDON_REQUIRE_PRIVILEGED=1 turns this skip into a failure");
+            }
+            eprintln!("{msg}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        // Owned by a user with no passwd entry, group root: a plain `mkdir; chown 4321 ws`.
+        std::os::unix::fs::chown(&ws, Some(4321), Some(0)).unwrap();
+        let mut s = spec(dir.path());
+        s.caller = (0, 0);
+        s.write = vec![ws];
+        let plan = s.validate("r").unwrap();
+        assert_eq!(plan.identity.host_uid, 4321);
+        assert_eq!(
+            plan.identity.host_gid, NOBODY.1,
+            "the workspace's group leaked in"
+        );
+    }
+
     /// Whether files created here belong to root (the test runs as root).
     fn rustix_free_is_root(dir: &Path) -> bool {
         use std::os::unix::fs::MetadataExt;
@@ -697,6 +833,21 @@ mod tests {
         s.write.clear();
         s.read.push(dir.path().to_path_buf());
         assert!(s.validate("r").is_ok());
+    }
+
+    #[test]
+    fn a_ledger_not_created_yet_is_protected_through_a_symlinked_parent() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        std::os::unix::fs::symlink(&ws, dir.path().join("link")).unwrap();
+        let mut s = spec(dir.path());
+        s.protected = vec![dir.path().join("link/not-yet/ledger")];
+        s.write = vec![ws.clone()];
+        assert!(matches!(
+            s.validate("r"),
+            Err(SpecError::WritesProtected { .. })
+        ));
     }
 
     #[test]
