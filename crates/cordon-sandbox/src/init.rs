@@ -93,12 +93,27 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
         return Ok(0);
     }
 
-    if plan.landlock.exec.is_some() {
-        // A memfd lives on no path Landlock can name, so `execveat(memfd)` would slip past the
-        // execute rules: in this pid namespace (and any below it, which cannot lower it) memfds
-        // are never executable. The setting belongs to the writer's pid namespace; the file is
-        // writable only by the host's uid 0, which this process still is until the change below.
-        std::fs::write("/proc/sys/vm/memfd_noexec", b"2").stage("memfd_noexec")?;
+    // A memfd lives on no path Landlock can name, so `execveat(memfd)` would slip past the
+    // execute rules: under --exec, in this pid namespace (and any below it, which cannot lower
+    // it) memfds are never executable. The setting belongs to the writer's pid namespace; the
+    // file is writable only by the host's uid 0, which this process still is when cordon was
+    // started by root (until the change below). Started by an ordinary user, it cannot be set,
+    // and the launcher reports that.
+    let memfd_exec_refused = match (&plan.landlock.exec, config.unprivileged) {
+        (None, _) => None,
+        (Some(_), false) => {
+            std::fs::write("/proc/sys/vm/memfd_noexec", b"2").stage("memfd_noexec")?;
+            Some(true)
+        }
+        (Some(_), true) => Some(std::fs::write("/proc/sys/vm/memfd_noexec", b"2").is_ok()),
+    };
+
+    // Per-user kernel resources that the run's user namespace also charges to the user that
+    // created it (root, on the host): bounded here so that one run cannot use them up for every
+    // root daemon. The settings belong to this process's user namespace.
+    for (name, value) in &config.user_ns_limits {
+        std::fs::write(format!("/proc/sys/user/{name}"), value.to_string())
+            .stage("user namespace limits")?;
     }
 
     // Identity first: files created while building the tree must belong to a mapped id. The
@@ -162,6 +177,7 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
         seccomp_programs: programs.len(),
         mounts,
         groups_dropped: !config.unprivileged,
+        memfd_exec_refused,
         timings: clock.laps,
     });
     if !wait_for(&mut sync, GO_EXEC) {
@@ -235,15 +251,27 @@ fn loopback_up() -> std::io::Result<()> {
     Ok(())
 }
 
-/// No core dumps (they would write the command's memory to the host).
+/// Resource limits set before the command starts: no core dumps (they would write the command's
+/// memory to the host), and bounded queued signals and POSIX message queue bytes, which the
+/// kernel counts per user across namespaces.
 fn set_rlimits() -> std::io::Result<()> {
-    rustix::process::setrlimit(
-        rustix::process::Resource::Core,
-        rustix::process::Rlimit {
-            current: Some(0),
-            maximum: Some(0),
-        },
-    )?;
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    for (resource, limit) in [
+        (Resource::Core, 0),
+        (Resource::Sigpending, 4096),
+        (Resource::Msgqueue, 1 << 19),
+    ] {
+        // Only ever lower: raising a hard limit is not this process's to do.
+        let have = getrlimit(resource);
+        let limit = have.maximum.map_or(limit, |m| m.min(limit));
+        setrlimit(
+            resource,
+            Rlimit {
+                current: Some(limit),
+                maximum: Some(limit),
+            },
+        )?;
+    }
     Ok(())
 }
 
@@ -385,6 +413,11 @@ fn exec_command(
     report: OwnedFd,
 ) -> ! {
     let _ = rustix::process::setsid();
+    // Only the standard streams pass to the command; init's own descriptors (and the report
+    // pipe, already close-on-exec) go at the exec.
+    if sys::cloexec_from(3).is_err() {
+        sys::exit_now(126);
+    }
     // SAFETY: sigprocmask with a valid set; this process is single-threaded.
     unsafe { libc::sigprocmask(libc::SIG_SETMASK, empty, std::ptr::null_mut()) };
     let mut errno = libc::ENOENT;

@@ -21,6 +21,10 @@ use crate::proto::{GO_BUILD, GO_EXEC, INIT_ARGV0, InitConfig, Message};
 use crate::state::{RunState, StateDir};
 use crate::sys::{self, Cloned, clone_flags};
 
+/// Most host-observed events recorded one by one per run; beyond it they are counted by kind
+/// (and the observer reports DEGRADED), so that a command cannot grow the ledger without bound.
+const EVENT_BUDGET: usize = 100_000;
+
 /// How often limits are polled while the command runs.
 const LIMIT_POLL: Duration = Duration::from_millis(50);
 
@@ -286,6 +290,7 @@ impl Starting {
             sync_fd: sync_r.as_raw_fd(),
             status_fd: status_w.as_raw_fd(),
             unprivileged: !backend.privileged,
+            user_ns_limits: user_ns_limits(),
         };
         let config_fd = rustix::fs::memfd_create(
             "cordon-init-config",
@@ -344,6 +349,12 @@ impl Starting {
             .map_err(err("clone3"))?;
         let (pid, pidfd) = match cloned {
             Cloned::Child => {
+                // Nothing cordon inherited (a descriptor its caller left open, even one to a
+                // root-only file) may reach the sandbox: every descriptor but the standard
+                // streams is closed at the exec, except the three init is handed.
+                if sys::cloexec_from(3).is_err() {
+                    sys::exit_now(125);
+                }
                 for fd in inherit {
                     if sys::clear_cloexec(fd).is_err() {
                         sys::exit_now(125);
@@ -409,6 +420,7 @@ impl Starting {
         }
 
         let mut status = BufReader::new(File::from(status_r));
+        let memfd_refused: Option<bool>;
         let ready =
             match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
                 Some(Message::Ready {
@@ -417,8 +429,10 @@ impl Starting {
                     seccomp_programs,
                     mounts,
                     groups_dropped,
+                    memfd_exec_refused,
                     timings,
                 }) => {
+                    memfd_refused = memfd_exec_refused;
                     self.timings.push((
                         "init exec and boundary".to_owned(),
                         micros(t_init.elapsed()),
@@ -449,6 +463,13 @@ impl Starting {
 
         // Check the boundary from the host before anything of the command runs.
         let mut enforcement = verify(pid, plan, &ready, backend.privileged, self.cgroup.as_ref());
+        if memfd_refused == Some(false) {
+            enforcement.push(ProviderReport::new(
+                "exec",
+                EnforcementState::Degraded,
+                "not root: memfds stay executable (vm.memfd_noexec needs root), a way around --exec",
+            ));
+        }
         let mut probe_pids = Vec::new();
         if let Some(o) = &self.observer {
             let v = o.verify_attached();
@@ -542,8 +563,29 @@ impl Starting {
             observer: self.observer.take(),
             egress: self.egress.take(),
             probe_pids,
+            events_recorded: 0,
+            events_over_budget: std::collections::BTreeMap::new(),
         })
     }
+}
+
+/// Per-user kernel resources a user namespace's processes also charge to its creator: the run's
+/// namespace gets a quarter of what this process's namespace allows, so that one run can never
+/// exhaust them for every other process of the same user (root's daemons, other runs).
+const SHARED_PER_USER: [&str; 2] = ["max_inotify_instances", "max_inotify_watches"];
+
+fn user_ns_limits() -> Vec<(String, u64)> {
+    SHARED_PER_USER
+        .iter()
+        .filter_map(|name| {
+            let have: u64 = std::fs::read_to_string(format!("/proc/sys/user/{name}"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            Some(((*name).to_owned(), (have / 4).max(1)))
+        })
+        .collect()
 }
 
 /// Maps the sandbox's uid/gid to the plan's host identity. Nothing else is mapped: uid 0 inside
@@ -899,6 +941,10 @@ pub struct LinuxRun {
     egress: Option<Egress>,
     /// Pids of the verification probes, whose events are labelled as such.
     probe_pids: Vec<u32>,
+    /// Host-observed events recorded one by one so far.
+    events_recorded: usize,
+    /// Events beyond [`EVENT_BUDGET`], counted by kind.
+    events_over_budget: std::collections::BTreeMap<String, u64>,
 }
 
 impl LinuxRun {
@@ -1004,6 +1050,17 @@ impl Running for LinuxRun {
                 Err(err) => steps.push(format!("egress release failed: {err}")),
             }
         }
+        if !self.events_over_budget.is_empty() {
+            let total: u64 = self.events_over_budget.values().sum();
+            events(vec![(
+                "host.events-over-budget".to_owned(),
+                serde_json::json!({
+                    "budget": EVENT_BUDGET,
+                    "counted_not_recorded": total,
+                    "by_kind": self.events_over_budget,
+                }),
+            )]);
+        }
         if let Some(o) = self.observer.take() {
             match o.release() {
                 Ok(last) => {
@@ -1038,12 +1095,29 @@ impl LinuxRun {
             return;
         };
         match o.drain() {
-            Ok(batch) => events(
-                batch
+            Ok(batch) => {
+                let room = EVENT_BUDGET.saturating_sub(self.events_recorded);
+                let recorded: Vec<_> = batch
                     .iter()
+                    .take(room)
                     .map(|ev| event_entry(ev, &self.probe_pids))
-                    .collect(),
-            ),
+                    .collect();
+                self.events_recorded += recorded.len();
+                for ev in batch.iter().skip(room) {
+                    let key = match ev {
+                        Event::Exec(e) => format!("exec {}", e.filename),
+                        Event::Connect(c) => format!(
+                            "connect {} {}:{} {}",
+                            c.hook.name(),
+                            c.dest,
+                            c.port,
+                            if c.allowed { "allowed" } else { "refused" }
+                        ),
+                    };
+                    *self.events_over_budget.entry(key).or_insert(0) += 1;
+                }
+                events(recorded);
+            }
             Err(e) => events(vec![(
                 "host.observer-error".to_owned(),
                 serde_json::json!({ "error": e.to_string() }),
@@ -1073,6 +1147,22 @@ impl LinuxRun {
         }
         if let Some(e) = &self.egress {
             late.push(("egress", e.verify_attached()));
+        }
+        if !self.events_over_budget.is_empty() {
+            let total: u64 = self.events_over_budget.values().sum();
+            for p in self
+                .enforcement
+                .iter_mut()
+                .filter(|p| p.provider == "observer")
+            {
+                if p.state == EnforcementState::Enforced {
+                    p.state = EnforcementState::Degraded;
+                    p.detail = format!(
+                        "{total} events beyond the budget of {EVENT_BUDGET} were counted by kind, \
+                         not recorded one by one"
+                    );
+                }
+            }
         }
         for (provider, v) in late {
             if v.state == VerifyState::VerificationFailed {

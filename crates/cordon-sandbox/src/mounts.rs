@@ -60,7 +60,9 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
     )
     .map_err(err("make private", root))?;
 
-    // 1. Capture every source before anything is mounted over anything.
+    // 1. Capture every source before anything is mounted over anything. Each is reached without
+    //    following a symlink and must still be the file the spec was checked against, so a
+    //    grant cannot be swapped (by another run, another user) between check and mount.
     let mut sources: Vec<(PathBuf, OwnedFd, bool)> = Vec::new();
     for m in &plan.mounts {
         let writable = match &m.kind {
@@ -68,14 +70,7 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
             MountKind::ReadWrite => true,
             MountKind::Symlink(_) => continue,
         };
-        let fd = open_tree(
-            rustix::fs::CWD,
-            &m.path,
-            OpenTreeFlags::OPEN_TREE_CLONE
-                | OpenTreeFlags::OPEN_TREE_CLOEXEC
-                | OpenTreeFlags::AT_RECURSIVE,
-        )
-        .map_err(err("bind", &m.path))?;
+        let (fd, is_dir) = capture(&m.path, m.id)?;
         let mut set = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
         if !writable {
             set |= libc::MOUNT_ATTR_RDONLY;
@@ -83,7 +78,7 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
             set |= libc::MOUNT_ATTR_NOEXEC;
         }
         sys::mount_setattr(fd.as_fd(), true, set, 0, None).map_err(err("restrict", &m.path))?;
-        sources.push((m.path.clone(), fd, writable));
+        sources.push((m.path.clone(), fd, is_dir));
     }
     let mut devices = Vec::new();
     for d in DEVICES {
@@ -151,16 +146,13 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
             }
             continue;
         }
-        let (path, fd, _) = sources.next().ok_or_else(|| MountError {
+        let (path, fd, is_dir) = sources.next().ok_or_else(|| MountError {
             step: "bind",
             path: m.path.clone(),
             source: io::Error::other("source list out of step with the plan"),
         })?;
         debug_assert_eq!(path, m.path);
-        make_mountpoint(
-            &target,
-            fs::metadata(&m.path).map(|md| md.is_dir()).unwrap_or(true),
-        )?;
+        make_mountpoint(&target, is_dir)?;
         move_mount(
             fd.as_fd(),
             "",
@@ -203,6 +195,44 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
     )
     .map_err(err("remount read-only", root))?;
     Ok(count)
+}
+
+/// A detached clone of the tree at `path`, reached without following any symlink and checked
+/// to be the `(device, inode)` recorded when the spec was validated. Returns whether it is a
+/// directory.
+fn capture(path: &Path, id: Option<(u64, u64)>) -> Result<(OwnedFd, bool), MountError> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let at = rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    )
+    .map_err(err("open without following symlinks", path))?;
+    let st = rustix::fs::fstat(&at).map_err(err("stat", path))?;
+    if let Some((dev, ino)) = id
+        && (st.st_dev, st.st_ino) != (dev, ino)
+    {
+        return Err(MountError {
+            step: "bind",
+            path: path.to_path_buf(),
+            source: io::Error::other(
+                "the path no longer names the file that was checked (replaced since)",
+            ),
+        });
+    }
+    let fd = open_tree(
+        &at,
+        "",
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_RECURSIVE
+            | OpenTreeFlags::AT_EMPTY_PATH,
+    )
+    .map_err(err("bind", path))?;
+    let is_dir = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
+    Ok((fd, is_dir))
 }
 
 /// Under `--exec`, whether a writable tree is mounted `noexec`: Landlock's execute right covers

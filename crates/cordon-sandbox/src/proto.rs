@@ -30,6 +30,9 @@ pub struct InitConfig {
     /// Started by an ordinary user: supplementary groups cannot be dropped (`setgroups` is denied
     /// in an unprivileged user namespace).
     pub unprivileged: bool,
+    /// `(name, value)` for `/proc/sys/user/<name>` in the run's user namespace: per-user kernel
+    /// resources that count against the namespace's creator too, bounded below the creator's.
+    pub user_ns_limits: Vec<(String, u64)>,
 }
 
 /// A report from init.
@@ -47,6 +50,9 @@ pub enum Message {
         mounts: usize,
         /// Whether supplementary groups were dropped.
         groups_dropped: bool,
+        /// Under `--exec`: whether executing memfds is refused in the run's pid namespace
+        /// (`vm.memfd_noexec = 2`; only root can set it). `None` without `--exec`.
+        memfd_exec_refused: Option<bool>,
         /// How long each stage took inside, in microseconds, in order.
         timings: Vec<(String, u64)>,
     },

@@ -352,7 +352,63 @@ const ALLOWED: &[i64] = &[
     libc::SYS_landlock_restrict_self,
 ];
 
-/// Builds the two BPF programs (allowlist first, soft denials second).
+/// Answered `ENOSYS` (as if the kernel lacked them), though allowlisted so as not to kill:
+/// `clone3` (its flags sit in memory a filter cannot read; glibc falls back to `clone`), `openat2`
+/// (likewise its mode), and the legacy AIO calls, whose event reservations count against a
+/// host-wide limit (`fs.aio-max-nr`) that one run could exhaust for everyone.
+const ENOSYS: [i64; 7] = [
+    libc::SYS_clone3,
+    libc::SYS_openat2,
+    libc::SYS_io_setup,
+    libc::SYS_io_destroy,
+    libc::SYS_io_submit,
+    libc::SYS_io_cancel,
+    libc::SYS_io_getevents,
+];
+
+/// `S_ISUID` and `S_ISGID`.
+const SET_ID_BITS: [u64; 2] = [0o4000, 0o2000];
+/// `O_CREAT` and `__O_TMPFILE`: the `open` flags under which the mode argument is used.
+const CREATE_FLAGS: [u64; 2] = [0o100, 0o20_000_000];
+
+/// Rules matching a request to set the setuid or setgid bit on a file: `EPERM`. A file the
+/// command makes setuid or setgid in a writable grant would keep the bit on the host, where the
+/// grant is not `nosuid`, as a binary running with the workspace owner's identity.
+fn setid_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+    let bit = |arg: u8, b: u64| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(b), b)
+    };
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    // (syscall, index of the mode argument)
+    for (nr, mode) in [
+        (libc::SYS_chmod, 1),
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (libc::SYS_fchmodat2, 2),
+        (libc::SYS_mknod, 1),
+        (libc::SYS_mknodat, 2),
+        (libc::SYS_creat, 1),
+    ] {
+        let list = SET_ID_BITS
+            .iter()
+            .map(|&b| SeccompRule::new(vec![bit(mode, b)?]))
+            .collect::<Result<Vec<_>, _>>()?;
+        rules.insert(nr, list);
+    }
+    // (syscall, index of the flags, index of the mode)
+    for (nr, flags, mode) in [(libc::SYS_open, 1, 2), (libc::SYS_openat, 2, 3)] {
+        let mut list = Vec::new();
+        for &create in &CREATE_FLAGS {
+            for &b in &SET_ID_BITS {
+                list.push(SeccompRule::new(vec![bit(flags, create)?, bit(mode, b)?])?);
+            }
+        }
+        rules.insert(nr, list);
+    }
+    Ok(rules)
+}
+
+/// Builds the BPF programs: the allowlist first, then the soft denials.
 pub fn build() -> Result<Vec<BpfProgram>, SeccompError> {
     let arch = if cfg!(target_arch = "x86_64") {
         TargetArch::x86_64
@@ -415,7 +471,9 @@ pub fn build() -> Result<Vec<BpfProgram>, SeccompError> {
     )?;
 
     let mut soft: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    soft.insert(libc::SYS_clone3, Vec::new());
+    for nr in ENOSYS {
+        soft.insert(nr, Vec::new());
+    }
     let soft_clone3 = SeccompFilter::new(
         soft,
         SeccompAction::Allow,
@@ -441,10 +499,18 @@ pub fn build() -> Result<Vec<BpfProgram>, SeccompError> {
         arch,
     )?;
 
+    let soft_setid = SeccompFilter::new(
+        setid_rules()?,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )?;
+
     Ok(vec![
         allowlist.try_into()?,
         soft_clone3.try_into()?,
         soft_families.try_into()?,
+        soft_setid.try_into()?,
     ])
 }
 
@@ -463,7 +529,7 @@ mod tests {
     #[test]
     fn builds_for_this_arch() {
         let progs = build().unwrap();
-        assert_eq!(progs.len(), 3);
+        assert_eq!(progs.len(), 4);
         assert!(progs.iter().all(|p| !p.is_empty() && p.len() < 4096));
     }
 

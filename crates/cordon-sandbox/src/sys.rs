@@ -154,6 +154,23 @@ pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
     check(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } as libc::c_long).map(drop)
 }
 
+/// Marks every descriptor from `first` up close-on-exec (`close_range(first, ~0,
+/// CLOSE_RANGE_CLOEXEC)`): nothing the caller inherited survives its next exec unless it is
+/// cleared again. Async-signal-safe.
+pub fn cloexec_from(first: u32) -> io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range takes integer arguments and touches no memory.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    })
+    .map(drop)
+}
+
 /// Writes all of `buf` to `fd`, retrying on `EINTR`. Async-signal-safe.
 pub fn write_all_raw(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
