@@ -71,27 +71,10 @@ impl ContainArgs {
         let state = dir.load(run_id)?;
         let cgroup = RunCgroup::open(&state.cgroup)
             .with_context(|| format!("run {run_id}: its cgroup is not the one it registered"))?;
-        let ledger_dir = self.ledger.clone().or(state.ledger.clone());
-        let ledger = match &ledger_dir {
-            Some(d) => {
-                Some(Ledger::open(d).with_context(|| format!("opening ledger {}", d.display()))?)
-            }
-            None => None,
-        };
-        let record = |kind: &str, data: serde_json::Value| -> anyhow::Result<()> {
-            if let Some(l) = &ledger {
-                l.append(kind, data)
-                    .with_context(|| format!("recording {kind}"))?;
-            }
-            Ok(())
-        };
-
-        // Mark first, so that the run's own supervisor attributes the kill to containment.
+        // Mark first, so that the run's own supervisor attributes the kill to containment; then
+        // act, and only then record: nothing the ledger does (a stalled disk, a lock) may delay
+        // stopping the run.
         dir.mark_contained(run_id)?;
-        record(
-            "contain.start",
-            json!({ "run_id": run_id, "cgroup": state.cgroup.v2, "cgroup_id": state.cgroup.id }),
-        )?;
         // The egress block goes through the run's pins, so it works whether or not the run's
         // own cordon is still alive, and is read back from the kernel before it counts.
         let root = std::path::Path::new(cordon_bpf::bpffs::DEFAULT_ROOT);
@@ -111,19 +94,37 @@ impl ContainArgs {
             None
         };
         let outcome: Containment = contain(&cgroup, egress);
-        for step in &outcome.steps {
-            record("contain.step", json!({ "run_id": run_id, "step": step }))?;
+
+        let ledger_dir = self.ledger.clone().or(state.ledger.clone());
+        let ledger = match &ledger_dir {
+            Some(d) => {
+                Some(Ledger::open(d).with_context(|| format!("opening ledger {}", d.display()))?)
+            }
+            None => None,
+        };
+        if let Some(l) = &ledger {
+            let mut entries = vec![(
+                "contain.start".to_owned(),
+                json!({ "run_id": run_id, "cgroup": state.cgroup.v2, "cgroup_id": state.cgroup.id }),
+            )];
+            for step in &outcome.steps {
+                entries.push((
+                    "contain.step".to_owned(),
+                    json!({ "run_id": run_id, "step": step }),
+                ));
+            }
+            entries.push((
+                "contain.end".to_owned(),
+                json!({
+                    "run_id": run_id,
+                    "verified_dead": outcome.verified_dead,
+                    "complete": outcome.complete(),
+                    "processes": outcome.processes,
+                    "total_us": outcome.total_us,
+                }),
+            ));
+            l.append_all(entries).context("recording the containment")?;
         }
-        record(
-            "contain.end",
-            json!({
-                "run_id": run_id,
-                "verified_dead": outcome.verified_dead,
-                "complete": outcome.complete(),
-                "processes": outcome.processes,
-                "total_us": outcome.total_us,
-            }),
-        )?;
 
         let report = json!({
             "run_id": run_id,
@@ -137,7 +138,16 @@ impl ContainArgs {
         let text = serde_json::to_string_pretty(&report)?;
         println!("{text}");
         if let Some(p) = &self.report {
-            let mut f = std::fs::File::create(p)
+            use std::os::unix::fs::OpenOptionsExt;
+            // Never through a symlink: the report may be asked for in a directory the contained
+            // command could write.
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(0o644)
+                .open(p)
                 .with_context(|| format!("writing report {}", p.display()))?;
             writeln!(f, "{text}")?;
         }

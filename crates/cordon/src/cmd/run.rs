@@ -244,8 +244,9 @@ fn build_spec(args: &RunArgs, cwd: &Path) -> anyhow::Result<RunSpec> {
         env.insert(k, v);
     }
     spec.env = env;
+    // Out of the command's reach: its evidence, and the registry containment relies on.
     let ledger = ledger_dir(args.ledger.as_deref())?;
-    spec.protected = vec![ledger];
+    spec.protected = vec![ledger, args.state_dir.clone()];
     Ok(spec)
 }
 

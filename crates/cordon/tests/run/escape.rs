@@ -658,3 +658,156 @@ os.waitpid(pid, 0)"#;
         }
     }
 }
+
+/// Descriptors cordon inherits (an open root-only file, a directory of the host) never reach the
+/// command: Landlock checks at open, so an inherited descriptor would carry its rights past it.
+#[test]
+fn inherited_descriptors_do_not_reach_the_command() {
+    if !privileged("inherited_descriptors_do_not_reach_the_command") {
+        return;
+    }
+    let area = Area::new();
+    let secret = area.secret();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    let s = secret.display().to_string();
+    let probe = py("print('OK', os.read(5, 100).decode().strip(), sorted(os.listdir(6))[:1])");
+    // Negative control: a process that inherits them reads the file and lists the directory.
+    let control = std::process::Command::new("/bin/sh")
+        .args(["-c", &format!("exec \"$@\" 5<{s} 6</"), "sh"])
+        .args(strs(&probe))
+        .output()
+        .unwrap();
+    assert!(stdout(&control).starts_with("OK TOP-SECRET"), "{control:?}");
+    let ledger = area.path("ledger").display().to_string();
+    let out = std::process::Command::new("/bin/sh")
+        .args(["-c", &format!("exec \"$@\" 5<{s} 6</"), "sh"])
+        .arg(env!("CARGO_BIN_EXE_cordon"))
+        .args(["run", "--ledger", &ledger, "--"])
+        .args(strs(&probe))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(stdout(&out).trim(), "ERR EBADF", "{out:?}");
+}
+
+/// The command cannot make a file setuid or setgid: on the host, where a writable grant is not
+/// `nosuid`, it would run with the workspace owner's identity.
+#[test]
+fn no_setuid_or_setgid_files() {
+    if !privileged("no_setuid_or_setgid_files") {
+        return;
+    }
+    let area = Area::new();
+    let ws = area.workspace("ws");
+    let w = ws.display().to_string();
+    let chmod = |mode: &str| {
+        py(&format!(
+            "open('{w}/f', 'w').close()\nos.chmod('{w}/f', {mode})\nprint('OK')"
+        ))
+    };
+    let create = py(&format!(
+        "os.close(os.open('{w}/g', os.O_CREAT | os.O_WRONLY, 0o4755))\nprint('OK', oct(os.stat('{w}/g').st_mode & 0o7777))"
+    ));
+    // Negative control: on the host the same calls set the bits.
+    let host_ws = area.path("hostws");
+    fs::create_dir(&host_ws).unwrap();
+    let hw = host_ws.display().to_string();
+    let host_chmod = py(&format!(
+        "open('{hw}/f', 'w').close()\nos.chmod('{hw}/f', 0o4755)\nprint('OK')"
+    ));
+    assert_eq!(stdout(&host(&strs(&host_chmod))).trim(), "OK");
+    for mode in ["0o4755", "0o2755"] {
+        let r = area.run(&["--write", &w], &strs(&chmod(mode)));
+        assert_eq!(r.ok().trim(), "ERR EPERM", "chmod {mode}: {}", r.explain());
+    }
+    let r = area.run(&["--write", &w], &strs(&chmod("0o755")));
+    assert_eq!(r.ok().trim(), "OK", "{}", r.explain());
+    let r = area.run(&["--write", &w], &strs(&create));
+    assert_eq!(r.ok().trim(), "ERR EPERM", "{}", r.explain());
+}
+
+/// The ledger is public evidence, readable when granted, but its lock is root's alone: a
+/// command holding it would stall every writer, its own supervisor and `cordon contain` first.
+#[test]
+fn the_ledger_lock_is_out_of_the_commands_reach() {
+    if !privileged("the_ledger_lock_is_out_of_the_commands_reach") {
+        return;
+    }
+    let area = Area::new();
+    let first = area.run(&[], &["/bin/true"]);
+    first.ok();
+    let ledger = area.path("ledger");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(ledger.join("ledger.lock"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let l = ledger.display().to_string();
+    let probe = py(&format!(
+        "print(len(open('{l}/ledger.jsonl').read()) > 0)\nimport fcntl\nf = open('{l}/ledger.lock', 'rb')\nfcntl.flock(f, fcntl.LOCK_EX)\nprint('LOCKED')"
+    ));
+    // Negative control: were the lock file open to others, the same uid could hold it.
+    let open_lock = area.path("open.lock");
+    fs::write(&open_lock, "").unwrap();
+    fs::set_permissions(&open_lock, fs::Permissions::from_mode(0o644)).unwrap();
+    let control = std::process::Command::new("/usr/bin/setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            PY,
+            "-c",
+        ])
+        .arg(format!(
+            "import fcntl\nf = open('{}', 'rb')\nfcntl.flock(f, fcntl.LOCK_EX)\nprint('LOCKED')",
+            open_lock.display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&control).trim(), "LOCKED", "{control:?}");
+    let r = area.run(&["--read", &l], &strs(&probe));
+    assert_eq!(r.ok().trim(), "True\nERR EACCES", "{}", r.explain());
+}
+
+/// A run cannot exhaust the per-user kernel resources its user namespace also charges to the
+/// host's root: inotify instances stop at a quarter of root's.
+#[test]
+fn per_user_kernel_resources_are_bounded_below_roots() {
+    if !privileged("per_user_kernel_resources_are_bounded_below_roots") {
+        return;
+    }
+    let area = Area::new();
+    let host_max: usize = fs::read_to_string("/proc/sys/user/max_inotify_instances")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let probe = py(
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nn = 0\nwhile libc.inotify_init1(0) >= 0 and n < 100000:\n    n += 1\nprint(n, errno.errorcode.get(ctypes.get_errno()))",
+    );
+    // Negative control: in a user namespace without the bound, far more can be taken.
+    let control = std::process::Command::new("/usr/bin/unshare")
+        .args(["--user", "--"])
+        .args(strs(&probe))
+        .output()
+        .unwrap();
+    let taken: usize = stdout(&control)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        taken > host_max / 4,
+        "control took only {taken}: {control:?}"
+    );
+    let r = area.run(&[], &strs(&probe));
+    assert_eq!(
+        r.ok().trim(),
+        format!("{} EMFILE", host_max / 4),
+        "{}",
+        r.explain()
+    );
+}

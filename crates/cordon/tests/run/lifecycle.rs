@@ -303,3 +303,86 @@ fn unprivileged_runs_are_refused_or_marked_degraded() {
     assert_eq!(cgroup["state"], "NOT_CONFIGURED");
     assert_eq!(rep["teardown"]["verified_empty"], true, "{rep}");
 }
+
+/// A grant through a symlink that others can replace is refused: whoever controls the link
+/// (another run with a writable grant, another user) would decide what this run is given.
+/// Negative control: the same link in a directory only root can change is followed.
+#[test]
+fn grants_through_replaceable_symlinks_are_refused() {
+    if !privileged("grants_through_replaceable_symlinks_are_refused") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let area = Area::new();
+    let target = area.path("target");
+    fs::create_dir(&target).unwrap();
+    fs::write(target.join("f"), "through the link\n").unwrap();
+    let trusted = area.path("trusted");
+    fs::create_dir(&trusted).unwrap();
+    fs::set_permissions(&trusted, fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(&target, trusted.join("link")).unwrap();
+    let open_dir = area.workspace("shared");
+    std::os::unix::fs::symlink(&target, open_dir.join("link")).unwrap();
+
+    let via = |dir: &Path| dir.join("link").display().to_string();
+    let cat = |dir: &Path| format!("{}/f", via(dir));
+    let ok = area.run(&["--read", &via(&trusted)], &["/bin/cat", &cat(&trusted)]);
+    assert_eq!(ok.ok(), "through the link\n");
+    let r = area.run(&["--read", &via(&open_dir)], &["/bin/cat", &cat(&open_dir)]);
+    assert_eq!(r.code(), 125, "{}", r.explain());
+    assert!(
+        r.stderr().contains("goes through the symlink"),
+        "{}",
+        r.stderr()
+    );
+}
+
+/// A grant replaced between the check and the mount is refused, not followed: the launcher
+/// binds a path only if it is still the file the spec named (device and inode) and is reached
+/// without a symlink. Negative control: the same plan launches while the path is unchanged.
+#[test]
+fn a_grant_replaced_after_the_check_is_refused() {
+    if !privileged("a_grant_replaced_after_the_check_is_refused") {
+        return;
+    }
+    use cordon_runtime::{Evidence, LedgerPosition, RunSpec, Verdict};
+    struct Memory;
+    impl Evidence for Memory {
+        fn record(&mut self, _: &str, _: serde_json::Value) -> Result<LedgerPosition, String> {
+            Ok(LedgerPosition {
+                path: "memory".into(),
+                seq: 0,
+                head: String::new(),
+            })
+        }
+    }
+    let area = Area::new();
+    let grant = area.path("grant");
+    fs::create_dir(&grant).unwrap();
+    fs::write(grant.join("f"), "the checked one\n").unwrap();
+    let spec = RunSpec {
+        command: vec!["/bin/cat".into(), grant.join("f").display().to_string()],
+        read: vec!["/usr".into(), grant.clone()],
+        base_dir: area.path(""),
+        caller: (0, 0),
+        ..RunSpec::default()
+    };
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
+    let plan = spec.validate("r-replaced-ok").unwrap();
+    let mut backend = cordon_sandbox::LinuxBackend::new(exe.clone());
+    let report = cordon_runtime::execute(&plan, &mut backend, &mut Memory);
+    assert_eq!(report.verdict, Verdict::Allowed, "{:?}", report.reasons);
+
+    let plan = spec.validate("r-replaced-no").unwrap();
+    fs::rename(&grant, area.path("moved")).unwrap();
+    fs::create_dir(&grant).unwrap();
+    fs::write(grant.join("f"), "a substitute\n").unwrap();
+    let mut backend = cordon_sandbox::LinuxBackend::new(exe);
+    let report = cordon_runtime::execute(&plan, &mut backend, &mut Memory);
+    assert_eq!(report.verdict, Verdict::Failed, "{:?}", report);
+    assert!(
+        report.reasons.iter().any(|r| r.contains("replaced since")),
+        "{:?}",
+        report.reasons
+    );
+}
