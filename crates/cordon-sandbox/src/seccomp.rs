@@ -47,9 +47,10 @@ const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWCGROUP
     | libc::CLONE_NEWTIME) as u64;
 
-/// The terminal ioctls refused: pushing input into a terminal (`TIOCSTI`) and the Linux console
-/// multiplexer (`TIOCLINUX`, which can also inject text).
-const DENIED_IOCTLS: [u64; 2] = [libc::TIOCSTI, libc::TIOCLINUX];
+/// The terminal ioctls refused: pushing input into a terminal (`TIOCSTI`), the Linux console
+/// multiplexer (`TIOCLINUX`, which can also inject text), and setting a line discipline
+/// (`TIOCSETD`, which can make the kernel load a module on hosts with `dev.tty.ldisc_autoload`).
+const DENIED_IOCTLS: [u64; 3] = [libc::TIOCSTI, libc::TIOCLINUX, libc::TIOCSETD];
 
 /// Socket families a contained command may create. Others get `EAFNOSUPPORT` (soft filter).
 const ALLOWED_FAMILIES: [i32; 4] = [

@@ -244,9 +244,13 @@ fn build_spec(args: &RunArgs, cwd: &Path) -> anyhow::Result<RunSpec> {
         env.insert(k, v);
     }
     spec.env = env;
-    // Out of the command's reach: its evidence, and the registry containment relies on.
+    // Out of the command's reach: its evidence, the registry containment relies on, and cordon
+    // itself (a command that could replace the binary would run as root at the next run).
     let ledger = ledger_dir(args.ledger.as_deref())?;
     spec.protected = vec![ledger, args.state_dir.clone()];
+    if let Ok(exe) = std::env::current_exe() {
+        spec.protected.push(exe);
+    }
     Ok(spec)
 }
 

@@ -811,3 +811,19 @@ fn per_user_kernel_resources_are_bounded_below_roots() {
         r.explain()
     );
 }
+
+/// Setting a terminal's line discipline (`TIOCSETD`, which can make the kernel load a module) is
+/// refused by seccomp. Negative control: on the host the call returns.
+#[test]
+fn line_discipline_changes_are_killed() {
+    if !privileged("line_discipline_changes_are_killed") {
+        return;
+    }
+    let area = Area::new();
+    let probe = py(
+        "import fcntl, pty, struct, termios\nm, s = pty.openpty()\nfcntl.ioctl(s, termios.TIOCSETD, struct.pack('i', 0))\nprint('RETURNED')",
+    );
+    assert_eq!(stdout(&host(&strs(&probe))).trim(), "RETURNED");
+    let r = area.run(&[], &strs(&probe));
+    r.killed_by_seccomp();
+}
