@@ -16,7 +16,7 @@ use std::path::Path;
 
 use cordon_runtime::{NetPlan, Plan};
 
-use crate::proto::{GO_BUILD, GO_EXEC, InitConfig, Message};
+use crate::proto::{GO_BUILD, GO_EXEC, InitConfig, Message, Ready};
 use crate::{caps, landlock, mounts, seccomp, sys};
 
 /// A failure inside init, reported to the launcher as [`Message::Error`].
@@ -166,7 +166,7 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
     clock.lap("seccomp (install)");
     // From here on only the allowlist's calls are possible, in this process and its children.
 
-    status.send(&Message::Ready {
+    status.send(&Message::Ready(Ready {
         landlock: match landlock {
             landlock::Enforcement::Full => "full",
             landlock::Enforcement::Partial => "partial",
@@ -179,7 +179,7 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
         groups_dropped: !config.unprivileged,
         memfd_exec_refused,
         timings: clock.laps,
-    });
+    }));
     if !wait_for(&mut sync, GO_EXEC) {
         return Ok(0);
     }

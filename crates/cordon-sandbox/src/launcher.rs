@@ -17,7 +17,7 @@ use cordon_runtime::{
 use crate::caps::StatusCaps;
 use crate::cgroup::{CgroupLimits, Layout, LayoutKind, RunCgroup};
 use crate::landlock;
-use crate::proto::{GO_BUILD, GO_EXEC, INIT_ARGV0, InitConfig, Message};
+use crate::proto::{GO_BUILD, GO_EXEC, INIT_ARGV0, InitConfig, Message, Ready};
 use crate::state::{RunState, StateDir};
 use crate::sys::{self, Cloned, clone_flags};
 
@@ -420,33 +420,9 @@ impl Starting {
         }
 
         let mut status = BufReader::new(File::from(status_r));
-        let memfd_refused: Option<bool>;
-        let ready =
+        let mut ready =
             match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
-                Some(Message::Ready {
-                    landlock,
-                    landlock_abi,
-                    seccomp_programs,
-                    mounts,
-                    groups_dropped,
-                    memfd_exec_refused,
-                    timings,
-                }) => {
-                    memfd_refused = memfd_exec_refused;
-                    self.timings.push((
-                        "init exec and boundary".to_owned(),
-                        micros(t_init.elapsed()),
-                    ));
-                    self.timings
-                        .extend(timings.into_iter().map(|(k, v)| (format!("  {k}"), v)));
-                    (
-                        landlock,
-                        landlock_abi,
-                        seccomp_programs,
-                        mounts,
-                        groups_dropped,
-                    )
-                }
+                Some(Message::Ready(ready)) => ready,
                 Some(Message::Error { stage, message }) => {
                     return Err(BackendError::new(stage, message));
                 }
@@ -461,9 +437,19 @@ impl Starting {
                 }
             };
 
+        self.timings.push((
+            "init exec and boundary".to_owned(),
+            micros(t_init.elapsed()),
+        ));
+        self.timings.extend(
+            std::mem::take(&mut ready.timings)
+                .into_iter()
+                .map(|(k, v)| (format!("  {k}"), v)),
+        );
+
         // Check the boundary from the host before anything of the command runs.
         let mut enforcement = verify(pid, plan, &ready, backend.privileged, self.cgroup.as_ref());
-        if memfd_refused == Some(false) {
+        if ready.memfd_exec_refused == Some(false) {
             enforcement.push(ProviderReport::new(
                 "exec",
                 EnforcementState::Degraded,
@@ -671,12 +657,19 @@ fn ns_inode(pid: i32, ns: &str) -> Option<u64> {
 fn verify(
     pid: i32,
     plan: &Plan,
-    ready: &(String, i32, usize, usize, bool),
+    ready: &Ready,
     privileged: bool,
     cgroup: Option<&RunCgroup>,
 ) -> Vec<ProviderReport> {
     use EnforcementState::*;
-    let (landlock_state, abi, programs, mounts, groups_dropped) = ready;
+    let Ready {
+        landlock: landlock_state,
+        landlock_abi: abi,
+        seccomp_programs: programs,
+        mounts,
+        groups_dropped,
+        ..
+    } = ready;
     let mut out = Vec::new();
 
     let mut wanted: Vec<&str> = NAMESPACES.to_vec();
@@ -1323,7 +1316,15 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = i32::try_from(sleeper.id()).unwrap();
-        let ready = ("full".to_owned(), 7, 3, 10, true);
+        let ready = Ready {
+            landlock: "full".to_owned(),
+            landlock_abi: 7,
+            seccomp_programs: 3,
+            mounts: 10,
+            groups_dropped: true,
+            memfd_exec_refused: None,
+            timings: Vec::new(),
+        };
         let reports = verify(pid, &plan, &ready, true, None);
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();

@@ -35,27 +35,31 @@ pub struct InitConfig {
     pub user_ns_limits: Vec<(String, u64)>,
 }
 
+/// What init reports once the boundary is in place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ready {
+    /// `full`, `partial` or `none`.
+    pub landlock: String,
+    /// The kernel's Landlock ABI.
+    pub landlock_abi: i32,
+    /// Number of seccomp programs installed.
+    pub seccomp_programs: usize,
+    /// Mounts made, for the evidence.
+    pub mounts: usize,
+    /// Whether supplementary groups were dropped.
+    pub groups_dropped: bool,
+    /// Under `--exec`: whether executing memfds is refused in the run's pid namespace
+    /// (`vm.memfd_noexec = 2`; only root can set it). `None` without `--exec`.
+    pub memfd_exec_refused: Option<bool>,
+    /// How long each stage took inside, in microseconds, in order.
+    pub timings: Vec<(String, u64)>,
+}
+
 /// A report from init.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
     /// The boundary is in place; init waits for [`GO_EXEC`].
-    Ready {
-        /// `full`, `partial` or `none`.
-        landlock: String,
-        /// The kernel's Landlock ABI.
-        landlock_abi: i32,
-        /// Number of seccomp programs installed.
-        seccomp_programs: usize,
-        /// Mounts made, for the evidence.
-        mounts: usize,
-        /// Whether supplementary groups were dropped.
-        groups_dropped: bool,
-        /// Under `--exec`: whether executing memfds is refused in the run's pid namespace
-        /// (`vm.memfd_noexec = 2`; only root can set it). `None` without `--exec`.
-        memfd_exec_refused: Option<bool>,
-        /// How long each stage took inside, in microseconds, in order.
-        timings: Vec<(String, u64)>,
-    },
+    Ready(Ready),
     /// The command was executed (its pid inside the sandbox).
     Started {
         /// Pid inside the sandbox's pid namespace.

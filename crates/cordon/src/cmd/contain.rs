@@ -138,17 +138,7 @@ impl ContainArgs {
         let text = serde_json::to_string_pretty(&report)?;
         println!("{text}");
         if let Some(p) = &self.report {
-            use std::os::unix::fs::OpenOptionsExt;
-            // Never through a symlink: the report may be asked for in a directory the contained
-            // command could write.
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .mode(0o644)
-                .open(p)
-                .with_context(|| format!("writing report {}", p.display()))?;
+            let mut f = super::create_report_file(p)?;
             writeln!(f, "{text}")?;
         }
         for s in &outcome.steps {

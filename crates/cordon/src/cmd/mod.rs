@@ -53,6 +53,21 @@ impl Command {
     }
 }
 
+/// Creates (or truncates) a report file for writing, never through a symlink: a report may be
+/// asked for in a directory a contained command can write.
+pub fn create_report_file(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use anyhow::Context;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(path)
+        .with_context(|| format!("opening report file {}", path.display()))
+}
+
 /// The exit code for a command line that does not parse. `cordon run` owes
 /// 125 for anything that stops it before the command starts; elsewhere the
 /// conventional 2 for usage errors (the same as "unusable input").

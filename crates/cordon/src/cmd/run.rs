@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -107,16 +107,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
 
     // Open the report file now, before the command could plant a link where it will be.
     let report_file = match &args.report {
-        Some(p) => Some(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .mode(0o644)
-                .open(p)
-                .with_context(|| format!("opening report file {}", p.display()))?,
-        ),
+        Some(p) => Some(super::create_report_file(p)?),
         None => None,
     };
     let ledger_dir = ledger_dir(args.ledger.as_deref())?;
