@@ -160,9 +160,9 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
     clock.lap("hostname, loopback, rlimits, capabilities, no_new_privs");
     let landlock = landlock::apply(&plan.landlock).stage("landlock")?;
     clock.lap("landlock");
-    let programs = seccomp::build().stage("seccomp")?;
+    let program = seccomp::build().stage("seccomp")?;
     clock.lap("seccomp (compile)");
-    seccomp::install(&programs).stage("seccomp")?;
+    seccomp::install(&program).stage("seccomp")?;
     clock.lap("seccomp (install)");
     // From here on only the allowlist's calls are possible, in this process and its children.
 
@@ -174,7 +174,7 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
         }
         .to_owned(),
         landlock_abi: landlock::kernel_abi(),
-        seccomp_programs: programs.len(),
+        seccomp_programs: 1,
         mounts,
         groups_dropped: !config.unprivileged,
         memfd_exec_refused,
