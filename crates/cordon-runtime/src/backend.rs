@@ -88,15 +88,25 @@ pub trait Backend {
     /// run refused unless the plan allows degradation.
     fn probe(&self, plan: &Plan) -> Vec<ProviderReport>;
 
-    /// Creates the boundary and starts the command in it. `gate` is called once, after the
-    /// boundary is built and verified and before anything of the command runs; an `Err` from it
-    /// stops the launch (the runtime uses it to hold the command until the run's start is
+    /// Creates the boundary and starts the command in it. The backend calls
+    /// [`StartGate::begin`] as early as it can and [`StartGate::pass`] once, after the boundary
+    /// is built and verified and before anything of the command runs; an `Err` from `pass` stops
+    /// the launch (the runtime uses the gate to hold the command until the run's start is
     /// durably recorded). On error, everything created so far has been removed.
-    fn launch(
-        &mut self,
-        plan: &Plan,
-        gate: &mut dyn FnMut() -> Result<(), String>,
-    ) -> Result<Self::Run, BackendError>;
+    fn launch(&mut self, plan: &Plan, gate: &mut dyn StartGate) -> Result<Self::Run, BackendError>;
+}
+
+/// How the runtime holds a command until the run's start is on record.
+pub trait StartGate {
+    /// Starts making the run's start durable, on a thread of its own. A backend calls it as soon
+    /// as the calling process may have a second thread (the Linux backend clones the sandbox's
+    /// first process from a single-threaded process where it can, and calls this right after);
+    /// a second call does nothing.
+    fn begin(&mut self);
+
+    /// Waits until the run's start is durable (beginning the record if [`StartGate::begin`] was
+    /// not called). `Err` means it could not be recorded: the command must not start.
+    fn pass(&mut self) -> Result<(), String>;
 }
 
 /// Where a backend delivers host-observed events (`host.exec`, `host.connect`, …) while the run

@@ -9,7 +9,9 @@ pub mod report;
 pub mod run;
 pub mod spec;
 
-pub use backend::{Backend, BackendError, EventSink, Evidence, KillReason, Outcome, Running};
+pub use backend::{
+    Backend, BackendError, EventSink, Evidence, KillReason, Outcome, Running, StartGate,
+};
 pub use plan::{AllowRule, Identity, LandlockPlan, Mount, MountKind, NetPlan, Plan};
 pub use report::{
     EnforcementState, ExitStatus, LedgerPosition, ProviderReport, Report, Teardown, Verdict,

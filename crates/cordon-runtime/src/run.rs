@@ -6,9 +6,11 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::backend::{Backend, Evidence, KillReason, Outcome, Running};
+use crate::backend::{Backend, Evidence, KillReason, Outcome, Running, StartGate};
 use crate::plan::Plan;
-use crate::report::{EnforcementState, ExitStatus, ProviderReport, Report, Teardown, Verdict};
+use crate::report::{
+    EnforcementState, ExitStatus, LedgerPosition, ProviderReport, Report, Teardown, Verdict,
+};
 
 /// Runs `plan` on `backend`, recording into `evidence`, and returns the report.
 pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evidence) -> Report {
@@ -56,23 +58,23 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         "allow_degraded": plan.allow_degraded,
         "probe": probe,
     });
-    // The start is recorded while the boundary is built; the command is held at the gate until
-    // the record is durable, so no command runs without evidence that it was started.
+    // The start is recorded while the boundary is built, on a thread the backend lets begin
+    // once its process may have one; the command is held at the gate until the record is
+    // durable, so no command runs without evidence that it was started.
     let mut start_error: Option<String> = None;
     let launched = std::thread::scope(|scope| {
         let recorder = &mut *evidence;
-        let mut pending = Some(scope.spawn(move || recorder.record("run.start", start_data)));
-        let mut gate = || -> Result<(), String> {
-            let handle = pending.take().ok_or("the gate was passed twice")?;
-            match handle.join() {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(format!("ledger: could not record the run's start: {e}")),
-                Err(_) => Err("ledger: the recording thread panicked".to_owned()),
-            }
+        let mut gate = Gate {
+            scope,
+            job: Some(move || recorder.record("run.start", start_data)),
+            pending: None,
+            passed: false,
         };
         let launched = backend.launch(plan, &mut gate);
-        // A launch that failed before the gate still owes the record's outcome.
-        if let Some(handle) = pending.take() {
+        // A launch that failed before the gate still owes the record (a run's end is never
+        // recorded without its start), and its outcome.
+        gate.begin();
+        if let Some(handle) = gate.pending.take() {
             match handle.join() {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => start_error = Some(e),
@@ -81,15 +83,6 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         }
         launched
     });
-    if let Some(e) = start_error {
-        report.enforcement = probe;
-        report.reasons.push(format!(
-            "ledger: could not record the run's start, so it was not started: {e}"
-        ));
-        report.duration_ms = millis(started.elapsed());
-        return report;
-    }
-
     let mut run = match launched {
         Ok(run) => run,
         Err(e) => {
@@ -205,6 +198,38 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     report
 }
 
+/// The runtime's [`StartGate`]: the run's start, recorded on a scoped thread.
+struct Gate<'scope, 'env, F> {
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    job: Option<F>,
+    pending: Option<std::thread::ScopedJoinHandle<'scope, Result<LedgerPosition, String>>>,
+    passed: bool,
+}
+
+impl<'scope, F> StartGate for Gate<'scope, '_, F>
+where
+    F: FnOnce() -> Result<LedgerPosition, String> + Send + 'scope,
+{
+    fn begin(&mut self) {
+        if let Some(job) = self.job.take() {
+            self.pending = Some(self.scope.spawn(job));
+        }
+    }
+
+    fn pass(&mut self) -> Result<(), String> {
+        if std::mem::replace(&mut self.passed, true) {
+            return Err("the gate was passed twice".to_owned());
+        }
+        self.begin();
+        let handle = self.pending.take().ok_or("the start record was lost")?;
+        match handle.join() {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("ledger: could not record the run's start: {e}")),
+            Err(_) => Err("ledger: the recording thread panicked".to_owned()),
+        }
+    }
+}
+
 /// Most host-observed events held before they are written.
 const EVENT_BATCH: usize = 256;
 /// Longest time a host-observed event waits before it is written.
@@ -261,7 +286,6 @@ fn millis(d: std::time::Duration) -> u64 {
 mod tests {
     use super::*;
     use crate::backend::BackendError;
-    use crate::report::LedgerPosition;
     use crate::spec::RunSpec;
     use serde_json::Value;
 
@@ -291,6 +315,8 @@ mod tests {
         outcome: Result<Outcome, String>,
         verified_empty: bool,
         launched: bool,
+        /// Fail the launch before the gate.
+        fail_launch: bool,
     }
 
     struct ScriptedRun {
@@ -309,9 +335,12 @@ mod tests {
         fn launch(
             &mut self,
             _: &Plan,
-            gate: &mut dyn FnMut() -> Result<(), String>,
+            gate: &mut dyn StartGate,
         ) -> Result<ScriptedRun, BackendError> {
-            gate().map_err(|e| BackendError::new("gate", e))?;
+            if self.fail_launch {
+                return Err(BackendError::new("clone3", "no more processes"));
+            }
+            gate.pass().map_err(|e| BackendError::new("gate", e))?;
             self.launched = true;
             Ok(ScriptedRun {
                 outcome: self.outcome.clone(),
@@ -365,6 +394,7 @@ mod tests {
             outcome,
             verified_empty: true,
             launched: false,
+            fail_launch: false,
         }
     }
 
@@ -384,6 +414,23 @@ mod tests {
         let kinds: Vec<&str> = ev.entries.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(kinds, ["run.start", "host.exec", "run.end"]);
         assert_eq!(r.ledger.unwrap().seq, 2);
+    }
+
+    #[test]
+    fn a_launch_failing_before_the_gate_still_records_its_start_then_its_end() {
+        let mut b = backend(exited(0));
+        b.fail_launch = true;
+        let mut ev = Recorder::default();
+        let r = execute(&plan(), &mut b, &mut ev);
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert_eq!(r.exit_code(), 125);
+        let kinds: Vec<&str> = ev.entries.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(kinds, ["run.start", "run.end"]);
+        assert!(
+            r.reasons.iter().any(|x| x.contains("no more processes")),
+            "{:?}",
+            r.reasons
+        );
     }
 
     #[test]

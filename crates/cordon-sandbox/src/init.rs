@@ -11,7 +11,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::path::Path;
 
 use cordon_runtime::{NetPlan, Plan};
@@ -38,7 +38,8 @@ impl<T, E: std::fmt::Display> Stage<T> for Result<T, E> {
     }
 }
 
-/// Init's entry point: `args` are `cordon-init CONFIG_FD STATUS_FD`. Never returns.
+/// Init's entry point when the launcher re-executed the `cordon` binary (it had other threads):
+/// `args` are `cordon-init CONFIG_FD STATUS_FD`. Never returns.
 pub fn main(args: &[String]) -> ! {
     let fd = |i: usize| args.get(i).and_then(|s| s.parse::<i32>().ok());
     let (Some(config_fd), Some(status_fd)) = (fd(1), fd(2)) else {
@@ -47,27 +48,116 @@ pub fn main(args: &[String]) -> ! {
     };
     // SAFETY: the launcher passed this descriptor number, opened for this process and owned by
     // nothing else in it; it is wrapped exactly once.
-    let config = unsafe { File::from_raw_fd(config_fd) };
+    let mut config_file = unsafe { File::from_raw_fd(config_fd) };
     // SAFETY: as above, for the status pipe.
     let status = unsafe { File::from_raw_fd(status_fd) };
     let mut status = Status(status);
-    let code = match run(config, &mut status) {
-        Ok(code) => code,
-        Err(f) => {
-            status.send(&Message::Error {
-                stage: f.stage.to_owned(),
-                message: f.message,
-            });
-            125
-        }
+    let mut text = String::new();
+    let config = config_file
+        .read_to_string(&mut text)
+        .stage("config")
+        .and_then(|_| serde_json::from_str::<InitConfig>(&text).stage("config"));
+    drop(config_file);
+    let code = match config {
+        Ok(config) => match run(&config, &mut status) {
+            Ok(code) => code,
+            Err(f) => status.fail(f),
+        },
+        Err(f) => status.fail(f),
     };
     sys::exit_now(code)
 }
+
+/// Init's entry point in a process the launcher cloned from a single-threaded process, without
+/// an exec: it carries a copy of the launcher's memory, in which `config` is. Never returns,
+/// and nothing unwinds out of it into the launcher's frames (whose objects this copy must never
+/// drop: their descriptors are closed here first).
+///
+/// # Safety
+/// The calling process must have been cloned (fork semantics) from a process that had exactly
+/// one thread at the time, so that no lock is held by a thread that does not exist here; and
+/// the caller must never return into code that uses or drops descriptors other than
+/// `config.sync_fd` and `config.status_fd`.
+pub unsafe fn forked(config: &InitConfig) -> ! {
+    // Only the standard streams and init's two pipe ends stay open: nothing cordon holds (its
+    // ledger, the cgroup and eBPF descriptors, the launcher's ends of the pipes) reaches the
+    // sandbox.
+    if sys::close_all_but(&[config.sync_fd, config.status_fd]).is_err() {
+        let _ = sys::write_all_raw(
+            config.status_fd,
+            b"{\"Error\":{\"stage\":\"init\",\"message\":\"could not close inherited descriptors\"}}\n",
+        );
+        sys::exit_now(125);
+    }
+    scrub_inherited_strings();
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the launcher passed this descriptor for this process; the launcher's own
+        // object for it lives in frames this process never returns to.
+        let status = unsafe { File::from_raw_fd(config.status_fd) };
+        let mut status = Status(status);
+        match run(config, &mut status) {
+            Ok(code) => code,
+            Err(f) => status.fail(f),
+        }
+    }));
+    sys::exit_now(code.unwrap_or(125))
+}
+
+/// Blanks the argument and environment strings this process inherited from `cordon` (the
+/// host's environment, cordon's command line): init is a copy of the launcher, not a fresh
+/// exec. `/proc/1/cmdline` then reads `cordon-init`; `/proc/1/environ` is refused anyway (init
+/// is not dumpable) and would read nothing.
+fn scrub_inherited_strings() {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // Fields 48–51: arg_start, arg_end, env_start, env_end (after the ')' of the name, the
+    // third field is index 0).
+    let fields: Vec<usize> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(45)
+                .take(4)
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let [arg_start, arg_end, env_start, env_end] = fields[..] else {
+        return;
+    };
+    for (start, end) in [(arg_start, arg_end), (env_start, env_end)] {
+        if start == 0 || end <= start {
+            continue;
+        }
+        // SAFETY: the kernel reports [start, end) as this process's initial argument
+        // (environment) strings, on its writable stack; nothing in init reads them after this
+        // point (init uses neither `std::env::args` nor the environment).
+        unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+    }
+    let name = INIT_NAME.as_bytes();
+    if arg_end - arg_start > name.len() {
+        // SAFETY: as above; the name and its terminating zero fit in the argument area.
+        unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), arg_start as *mut u8, name.len()) };
+    }
+}
+
+/// What init calls itself in `/proc/<pid>/cmdline` and `comm`.
+const INIT_NAME: &str = "cordon-init";
 
 /// The status pipe to the launcher.
 struct Status(File);
 
 impl Status {
+    /// Reports a failure; returns init's exit status for it.
+    fn fail(&mut self, f: Failure) -> i32 {
+        self.send(&Message::Error {
+            stage: f.stage.to_owned(),
+            message: f.message,
+        });
+        125
+    }
+
     fn send(&mut self, msg: &Message) {
         if let Ok(mut line) = serde_json::to_vec(msg) {
             line.push(b'\n');
@@ -77,21 +167,24 @@ impl Status {
     }
 }
 
-fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
-    let mut text = String::new();
-    config_file.read_to_string(&mut text).stage("config")?;
-    drop(config_file);
-    let config: InitConfig = serde_json::from_str(&text).stage("config")?;
+fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
     let plan = &config.plan;
     // SAFETY: the launcher passed this descriptor number for this process; wrapped exactly once.
     let mut sync = unsafe { File::from_raw_fd(config.sync_fd) };
     for f in [sync.as_fd(), status.0.as_fd()] {
         rustix::io::fcntl_setfd(f, rustix::io::FdFlags::CLOEXEC).stage("config")?;
     }
+    // SAFETY: PR_SET_NAME reads the NUL-terminated string passed, which outlives the call.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"cordon-init".as_ptr()) };
 
     if !wait_for(&mut sync, GO_BUILD) {
         return Ok(0);
     }
+    // The launcher has mapped the user namespace (which needs this process's /proc files to be
+    // its own): from here on nothing of the sandbox may read init's memory (`/proc/1/mem`,
+    // `/proc/1/environ`), whatever the host's `fs.suid_dumpable`. Set again after the uid
+    // change below, which resets it.
+    set_not_dumpable().stage("dumpable")?;
 
     // A memfd lives on no path Landlock can name, so `execveat(memfd)` would slip past the
     // execute rules: under --exec, in this pid namespace (and any below it, which cannot lower
@@ -135,6 +228,7 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
         rustix::process::Uid::from_raw(id.uid),
     )
     .stage("setresuid")?;
+    set_not_dumpable().stage("dumpable")?;
     // Die with the launcher: a sandbox nobody supervises must not keep running. Armed after the
     // uid change, which would clear it; if the launcher died before this point, the next read
     // of the sync pipe sees end of file and init stops there.
@@ -160,9 +254,9 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
     clock.lap("hostname, loopback, rlimits, capabilities, no_new_privs");
     let landlock = landlock::apply(&plan.landlock).stage("landlock")?;
     clock.lap("landlock");
-    let program = seccomp::build().stage("seccomp")?;
-    clock.lap("seccomp (compile)");
-    seccomp::install(&program).stage("seccomp")?;
+    let program = seccomp::prepare().stage("seccomp")?;
+    clock.lap("seccomp (compile, unless the launcher did)");
+    seccomp::install(program).stage("seccomp")?;
     clock.lap("seccomp (install)");
     // From here on only the allowlist's calls are possible, in this process and its children.
 
@@ -185,6 +279,14 @@ fn run(mut config_file: File, status: &mut Status) -> Result<i32, Failure> {
     }
     drop(sync);
     start_and_reap(plan, status)
+}
+
+fn set_not_dumpable() -> std::io::Result<()> {
+    // SAFETY: PR_SET_DUMPABLE takes an integer and touches no memory.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Stage durations, measured with the monotonic clock.
@@ -299,47 +401,30 @@ fn start_and_reap(plan: &Plan, status: &mut Status) -> Result<i32, Failure> {
     let mut all = FORWARDED.to_vec();
     all.push(libc::SIGCHLD);
     let blocked = sys::sigset(&all);
-    let empty = sys::sigset(&[]);
     // SAFETY: sigprocmask with valid set pointers; init is single-threaded.
     unsafe { libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut()) };
 
-    let (exec_r, exec_w) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).stage("exec")?;
-
-    // SAFETY: init is single-threaded (a fresh exec that started no threads), so the child may
-    // do anything the parent could.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(Failure {
-            stage: "fork",
-            message: std::io::Error::last_os_error().to_string(),
-        });
-    }
-    if pid == 0 {
-        drop(exec_r);
-        exec_command(&candidates, &argv, &envp, &empty, exec_w);
-    }
-    drop(exec_w);
-    let started = match sys::read_i32(exec_r.as_fd()) {
-        Ok(None) => {
+    // Only the standard streams pass to the command (init's own descriptors are marked
+    // close-on-exec), and it starts with every signal at its default disposition: an ignored
+    // signal stays ignored across exec, and init's runtime ignores SIGPIPE (so would the
+    // command, and `yes | head` would end in an error instead of the signal), as the caller
+    // may ignore others.
+    sys::cloexec_from(3).stage("exec")?;
+    sys::default_signal_dispositions();
+    let started = match spawn(&candidates, &argv, &envp) {
+        Ok(pid) => {
             status.send(&Message::Started { pid });
-            true
+            pid
         }
-        Ok(Some(errno)) => {
+        Err(errno) => {
             status.send(&Message::ExecFailed {
                 errno,
                 command: plan.argv[0].clone(),
             });
-            false
-        }
-        Err(e) => {
-            return Err(Failure {
-                stage: "exec",
-                message: e.to_string(),
-            });
+            return Ok(0);
         }
     };
-    drop(exec_r);
+    let pid = started;
 
     loop {
         let mut info: libc::siginfo_t =
@@ -363,7 +448,7 @@ fn start_and_reap(plan: &Plan, status: &mut Status) -> Result<i32, Failure> {
                 break;
             }
             if r == pid {
-                if started {
+                {
                     let (code, signal) = if libc::WIFEXITED(wstatus) {
                         (Some(libc::WEXITSTATUS(wstatus)), None)
                     } else if libc::WIFSIGNALED(wstatus) {
@@ -404,35 +489,60 @@ fn candidates(plan: &Plan) -> Result<Vec<CString>, std::ffi::NulError> {
         .collect()
 }
 
-/// In the forked child: new session, default signal mask, exec. Reports the errno on failure.
-fn exec_command(
+/// Starts the command with `posix_spawn` (a vfork on a stack of its own, so that init's
+/// memory, a copy of cordon's, is not copied again): in a session of its own, with no signal
+/// blocked (glibc leaves its own two real-time signals, 32 and 33, ignored in what it spawns, as
+/// in every program it starts). Tries each candidate path as `execvp` would; `Err` is the errno of the last attempt
+/// that mattered.
+fn spawn(
     candidates: &[CString],
     argv: &sys::CStringArray,
     envp: &sys::CStringArray,
-    empty: &libc::sigset_t,
-    report: OwnedFd,
-) -> ! {
-    let _ = rustix::process::setsid();
-    // Only the standard streams pass to the command; init's own descriptors (and the report
-    // pipe, already close-on-exec) go at the exec.
-    if sys::cloexec_from(3).is_err() {
-        sys::exit_now(126);
+) -> Result<libc::pid_t, i32> {
+    // SAFETY: posix_spawnattr_t is plain data that posix_spawnattr_init initializes.
+    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
+    let empty = sys::sigset(&[]);
+    // POSIX_SPAWN_SETSIGMASK is 0x08 (glibc's spawn.h), which fits the attribute's `short`.
+    const SETSIGMASK: libc::c_short = 0x08;
+    const _: () = assert!(libc::POSIX_SPAWN_SETSIGMASK == SETSIGMASK as libc::c_int);
+    // SAFETY: initializes the attribute object (destroyed once below).
+    let mut setup = unsafe { libc::posix_spawnattr_init(&mut attr) } == 0;
+    // SAFETY: `attr` is initialized; the flags are glibc's (SETSID since 2.26).
+    setup = setup
+        && unsafe {
+            libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSID | SETSIGMASK)
+        } == 0;
+    // SAFETY: `attr` is initialized; `empty` is a valid signal set.
+    setup = setup && unsafe { libc::posix_spawnattr_setsigmask(&mut attr, &empty) } == 0;
+    if !setup {
+        return Err(libc::ENOMEM);
     }
-    // SAFETY: sigprocmask with a valid set; this process is single-threaded.
-    unsafe { libc::sigprocmask(libc::SIG_SETMASK, empty, std::ptr::null_mut()) };
     let mut errno = libc::ENOENT;
+    let mut started = None;
     for c in candidates {
-        // SAFETY: `c`, `argv` and `envp` are NUL-terminated and NULL-terminated as execve needs,
-        // and outlive the call.
-        unsafe { libc::execve(c.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
-        let e = std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::ENOENT);
+        let mut pid: libc::pid_t = 0;
+        // SAFETY: `c`, `argv` and `envp` are NUL-terminated and NULL-terminated as execve needs
+        // and outlive the call; `attr` is initialized; `pid` is a valid out-pointer.
+        let r = unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                c.as_ptr(),
+                std::ptr::null(),
+                &attr,
+                argv.as_ptr().cast(),
+                envp.as_ptr().cast(),
+            )
+        };
+        if r == 0 {
+            started = Some(pid);
+            break;
+        }
         // As execvp: a missing candidate lets the search go on; anything else is remembered.
-        if e != libc::ENOENT && e != libc::ENOTDIR {
-            errno = e;
+        if r != libc::ENOENT && r != libc::ENOTDIR {
+            errno = r;
         }
     }
-    let _ = sys::write_all_raw(report.as_raw_fd(), &errno.to_ne_bytes());
-    sys::exit_now(127)
+    // SAFETY: initialized above, destroyed once.
+    unsafe { libc::posix_spawnattr_destroy(&mut attr) };
+    started.ok_or(errno)
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use cordon_bpf::{Allow, Egress, Event, Observer, Verification, VerifyState};
 use cordon_runtime::{
     Backend, BackendError, EnforcementState, EventSink, ExitStatus, KillReason, NetPlan, Outcome,
-    Plan, ProviderReport, Running, Teardown,
+    Plan, ProviderReport, Running, StartGate, Teardown,
 };
 
 use crate::caps::StatusCaps;
@@ -155,11 +155,7 @@ impl Backend for LinuxBackend {
         out
     }
 
-    fn launch(
-        &mut self,
-        plan: &Plan,
-        gate: &mut dyn FnMut() -> Result<(), String>,
-    ) -> Result<LinuxRun, BackendError> {
+    fn launch(&mut self, plan: &Plan, gate: &mut dyn StartGate) -> Result<LinuxRun, BackendError> {
         let t0 = Instant::now();
         let cgroup = match self.layout() {
             Some(layout) => Some({
@@ -242,7 +238,7 @@ impl Starting {
         &mut self,
         backend: &LinuxBackend,
         plan: &Plan,
-        gate: &mut dyn FnMut() -> Result<(), String>,
+        gate: &mut dyn StartGate,
     ) -> Result<LinuxRun, BackendError> {
         let err = |stage: &'static str| move |e: io::Error| BackendError::new(stage, e);
         let launched_at = Instant::now();
@@ -274,17 +270,23 @@ impl Starting {
                 .push(("eBPF observer and egress".to_owned(), micros(t.elapsed())));
         }
 
-        // Everything the child needs is prepared here: after the clone it only calls execveat.
-        let exe = rustix::fs::open(
-            &backend.init_exe,
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(|e| BackendError::new("init", format!("{}: {e}", backend.init_exe.display())))?;
+        // Init is this process cloned without an exec when that is safe: root (so that the
+        // unprivileged user-namespace paths, which need init's own exec, do not apply) and a
+        // single thread (so that the copy may allocate: no other thread holds a lock in it).
+        // Otherwise (an embedder with threads) the `cordon` binary is executed as init, and
+        // between the clone and that exec the child calls only async-signal-safe functions on
+        // data prepared here.
+        let forked = backend.privileged && sys::single_threaded();
         let (sync_r, sync_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| err("pipe")(e.into()))?;
         let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| err("pipe")(e.into()))?;
+        // The v1 cgroups carrying the limits are joined by the child itself, first thing.
+        let joins = match &self.cgroup {
+            Some(cg) => cg.v1_joins().map_err(|e| BackendError::new("cgroup", e))?,
+            None => Vec::new(),
+        };
+        let join_fds: Vec<i32> = joins.iter().map(AsRawFd::as_raw_fd).collect();
         let config = InitConfig {
             plan: plan.clone(),
             sync_fd: sync_r.as_raw_fd(),
@@ -292,39 +294,13 @@ impl Starting {
             unprivileged: !backend.privileged,
             user_ns_limits: user_ns_limits(),
         };
-        let config_fd = rustix::fs::memfd_create(
-            "cordon-init-config",
-            rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
-        )
-        .map_err(|e| err("config")(e.into()))?;
-        {
-            let json = serde_json::to_vec(&config).map_err(|e| BackendError::new("config", e))?;
-            let mut f = File::from(config_fd.try_clone().map_err(err("config"))?);
-            f.write_all(&json).map_err(err("config"))?;
-        }
-        rustix::fs::seek(&config_fd, rustix::fs::SeekFrom::Start(0))
-            .map_err(|e| err("config")(e.into()))?;
-        rustix::fs::fcntl_add_seals(
-            &config_fd,
-            rustix::fs::SealFlags::WRITE
-                | rustix::fs::SealFlags::GROW
-                | rustix::fs::SealFlags::SHRINK
-                | rustix::fs::SealFlags::SEAL,
-        )
-        .map_err(|e| err("config")(e.into()))?;
-        let argv = sys::CStringArray::new([
-            INIT_ARGV0.to_owned(),
-            config_fd.as_raw_fd().to_string(),
-            status_w.as_raw_fd().to_string(),
-        ])
-        .map_err(err("init"))?;
-        let envp = sys::CStringArray::new(Vec::<Vec<u8>>::new()).map_err(err("init"))?;
-        let inherit = [
-            config_fd.as_raw_fd(),
-            sync_r.as_raw_fd(),
-            status_w.as_raw_fd(),
-        ];
-        let last_cap = crate::caps::last_cap();
+        let exec = if forked {
+            // Compiled here, once, so that the copy finds it ready.
+            crate::seccomp::prepare().map_err(|e| BackendError::new("seccomp", e))?;
+            None
+        } else {
+            Some(ExecInit::prepare(&backend.init_exe, &config)?)
+        };
 
         let mut flags = clone_flags::NEWUSER
             | clone_flags::NEWPID
@@ -343,44 +319,50 @@ impl Starting {
             .push(("prepare".to_owned(), micros(launched_at.elapsed())));
         let t_clone = Instant::now();
 
-        // SAFETY: the child calls only fcntl, execveat, write and _exit (async-signal-safe, no
-        // allocation) on data prepared above, which the copied address space still holds.
+        // SAFETY: forked, the child is a copy of this single-threaded process and never returns
+        // into this frame (`init::forked` ends in `_exit`); otherwise it calls only write, fcntl,
+        // execveat and _exit (async-signal-safe, no allocation) on data prepared above, which
+        // the copied address space still holds.
         let cloned = unsafe { sys::clone3(flags, self.cgroup.as_ref().map(RunCgroup::dir_fd)) }
             .map_err(err("clone3"))?;
         let (pid, pidfd) = match cloned {
             Cloned::Child => {
-                // Nothing cordon inherited (a descriptor its caller left open, even one to a
-                // root-only file) may reach the sandbox: every descriptor but the standard
-                // streams is closed at the exec, except the three init is handed.
-                if sys::cloexec_from(3).is_err() {
-                    sys::exit_now(125);
-                }
-                for fd in inherit {
-                    if sys::clear_cloexec(fd).is_err() {
+                // Limits first: into the v1 cgroups before anything else happens here.
+                for fd in &join_fds {
+                    if sys::write_all_raw(*fd, b"0").is_err() {
+                        let _ = sys::write_all_raw(
+                            status_w.as_raw_fd(),
+                            b"{\"Error\":{\"stage\":\"cgroup\",\"message\":\"could not join the run's v1 cgroups\"}}\n",
+                        );
                         sys::exit_now(125);
                     }
                 }
-                // The clone gave this process every capability in its new user namespace; an
-                // exec by an unmapped uid would drop them, so they ride along as ambient ones.
-                if crate::caps::keep_across_exec(last_cap).is_err() {
-                    let _ = sys::write_all_raw(
-                        status_w.as_raw_fd(),
-                        b"{\"Error\":{\"stage\":\"init\",\"message\":\"could not keep capabilities across exec\"}}\n",
-                    );
-                    sys::exit_now(125);
+                match &exec {
+                    // SAFETY: cloned from a single-threaded process (checked above, and this
+                    // frame starts no thread before the clone); `forked` never returns.
+                    None => unsafe { crate::init::forked(&config) },
+                    Some(exec) => exec.exec(status_w.as_raw_fd()),
                 }
-                // SAFETY: argv and envp are NULL-terminated arrays of NUL-terminated strings
-                // owned by `argv`/`envp`, alive in this copy of the address space.
-                let _ = unsafe { sys::execveat(exe.as_raw_fd(), argv.as_ptr(), envp.as_ptr()) };
-                let _ = sys::write_all_raw(
-                    status_w.as_raw_fd(),
-                    b"{\"Error\":{\"stage\":\"init\",\"message\":\"could not execute cordon's init\"}}\n",
-                );
-                sys::exit_now(125);
             }
             Cloned::Parent { pid, pidfd } => (pid, pidfd),
         };
         self.init = Some((pid, pidfd.try_clone().map_err(err("clone3"))?));
+        drop((sync_r, status_w, joins, exec));
+        // The run's start may now be recorded on a thread of its own: the clone is done.
+        gate.begin();
+        write_id_maps(pid, plan, backend.privileged).map_err(err("uid_map"))?;
+        let mut sync = File::from(sync_w);
+        sync.write_all(&[GO_BUILD]).map_err(err("sync"))?;
+        self.timings.push((
+            if forked {
+                "clone3 (init forked), id maps".to_owned()
+            } else {
+                "clone3 (init re-executed), id maps".to_owned()
+            },
+            micros(t_clone.elapsed()),
+        ));
+        let t_init = Instant::now();
+        // Registered while init builds the boundary, before the command can start.
         if let (Some(reg), Some(cg)) = (&backend.registry, &self.cgroup) {
             let state = RunState {
                 run_id: plan.run_id.clone(),
@@ -397,26 +379,6 @@ impl Starting {
                 .register(&state)
                 .map_err(|e| BackendError::new("state", e))?;
             self.registered = Some((reg.dir.clone(), plan.run_id.clone()));
-        }
-        drop((sync_r, status_w, config_fd, exe));
-
-        write_id_maps(pid, plan, backend.privileged).map_err(err("uid_map"))?;
-        let mut sync = File::from(sync_w);
-        self.timings
-            .push(("clone3, id maps".to_owned(), micros(t_clone.elapsed())));
-        let t_init = Instant::now();
-        sync.write_all(&[GO_BUILD]).map_err(err("sync"))?;
-        // Joining the v1 hierarchies that carry the limits costs the kernel an RCU grace period;
-        // it overlaps with init building the boundary. Nothing of the command runs before both
-        // are done and verified (the limits only need to hold from the command's exec on).
-        if let Some(cg) = &self.cgroup {
-            let t = Instant::now();
-            cg.attach_v1(pid)
-                .map_err(|e| BackendError::new("cgroup", e))?;
-            self.timings.push((
-                "v1 cgroup attach (overlaps init)".to_owned(),
-                micros(t.elapsed()),
-            ));
         }
 
         let mut status = BufReader::new(File::from(status_r));
@@ -493,7 +455,7 @@ impl Starting {
         self.timings
             .push(("host-side verify".to_owned(), micros(t_init.elapsed())));
         let t_gate = Instant::now();
-        gate().map_err(|e| BackendError::new("evidence", e))?;
+        gate.pass().map_err(|e| BackendError::new("evidence", e))?;
         self.timings.push((
             "wait at the gate for evidence".to_owned(),
             micros(t_gate.elapsed()),
@@ -552,6 +514,99 @@ impl Starting {
             events_recorded: 0,
             events_over_budget: std::collections::BTreeMap::new(),
         })
+    }
+}
+
+/// What the child needs to execute the `cordon` binary as init, prepared before the clone so
+/// that the child only makes system calls.
+struct ExecInit {
+    exe: OwnedFd,
+    config_fd: OwnedFd,
+    argv: sys::CStringArray,
+    envp: sys::CStringArray,
+    inherit: [i32; 3],
+    last_cap: u32,
+}
+
+impl ExecInit {
+    fn prepare(init_exe: &std::path::Path, config: &InitConfig) -> Result<Self, BackendError> {
+        let err = |stage: &'static str| move |e: io::Error| BackendError::new(stage, e);
+        let exe = rustix::fs::open(
+            init_exe,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| BackendError::new("init", format!("{}: {e}", init_exe.display())))?;
+        let config_fd = rustix::fs::memfd_create(
+            "cordon-init-config",
+            rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(|e| err("config")(e.into()))?;
+        {
+            let json = serde_json::to_vec(config).map_err(|e| BackendError::new("config", e))?;
+            let mut f = File::from(config_fd.try_clone().map_err(err("config"))?);
+            f.write_all(&json).map_err(err("config"))?;
+        }
+        rustix::fs::seek(&config_fd, rustix::fs::SeekFrom::Start(0))
+            .map_err(|e| err("config")(e.into()))?;
+        rustix::fs::fcntl_add_seals(
+            &config_fd,
+            rustix::fs::SealFlags::WRITE
+                | rustix::fs::SealFlags::GROW
+                | rustix::fs::SealFlags::SHRINK
+                | rustix::fs::SealFlags::SEAL,
+        )
+        .map_err(|e| err("config")(e.into()))?;
+        let argv = sys::CStringArray::new([
+            INIT_ARGV0.to_owned(),
+            config_fd.as_raw_fd().to_string(),
+            config.status_fd.to_string(),
+        ])
+        .map_err(err("init"))?;
+        let envp = sys::CStringArray::new(Vec::<Vec<u8>>::new()).map_err(err("init"))?;
+        let inherit = [config_fd.as_raw_fd(), config.sync_fd, config.status_fd];
+        Ok(ExecInit {
+            exe,
+            config_fd,
+            argv,
+            envp,
+            inherit,
+            last_cap: crate::caps::last_cap(),
+        })
+    }
+
+    /// In the cloned child: executes init. Async-signal-safe. Never returns.
+    fn exec(&self, status_fd: i32) -> ! {
+        // Nothing cordon inherited (a descriptor its caller left open, even one to a root-only
+        // file) may reach the sandbox: every descriptor but the standard streams is closed at
+        // the exec, except the three init is handed.
+        if sys::cloexec_from(3).is_err() {
+            sys::exit_now(125);
+        }
+        for fd in self.inherit {
+            if sys::clear_cloexec(fd).is_err() {
+                sys::exit_now(125);
+            }
+        }
+        // The clone gave this process every capability in its new user namespace; an exec by
+        // an unmapped uid would drop them, so they ride along as ambient ones.
+        if crate::caps::keep_across_exec(self.last_cap).is_err() {
+            let _ = sys::write_all_raw(
+                status_fd,
+                b"{\"Error\":{\"stage\":\"init\",\"message\":\"could not keep capabilities across exec\"}}\n",
+            );
+            sys::exit_now(125);
+        }
+        let _ = &self.config_fd;
+        // SAFETY: argv and envp are NULL-terminated arrays of NUL-terminated strings owned by
+        // `self`, alive in this copy of the address space.
+        let _ =
+            unsafe { sys::execveat(self.exe.as_raw_fd(), self.argv.as_ptr(), self.envp.as_ptr()) };
+        let _ = sys::write_all_raw(
+            status_fd,
+            b"{\"Error\":{\"stage\":\"init\",\"message\":\"could not execute cordon's init\"}}\n",
+        );
+        sys::exit_now(125)
     }
 }
 
@@ -818,11 +873,24 @@ fn verify(
                 )
             });
             if !cg.applied.is_empty() {
-                out.push(ProviderReport::new(
-                    "limits",
-                    Enforced,
-                    format!("{} (read back)", cg.applied.join(", ")),
-                ));
+                out.push(match cg.check_v1_membership(pid) {
+                    Ok(joined) if joined.is_empty() => ProviderReport::new(
+                        "limits",
+                        Enforced,
+                        format!("{} (read back)", cg.applied.join(", ")),
+                    ),
+                    Ok(joined) => ProviderReport::new(
+                        "limits",
+                        Enforced,
+                        format!(
+                            "{} (read back); init is in the run's v1 {} cgroups \
+                             (/proc/<pid>/cgroup)",
+                            cg.applied.join(", "),
+                            joined.join(", ")
+                        ),
+                    ),
+                    Err(e) => ProviderReport::new("limits", VerificationFailed, e),
+                });
             }
         }
         None => {

@@ -765,6 +765,16 @@ pub fn build() -> Result<Program, SeccompError> {
     compile(&table())
 }
 
+/// The filter, compiled once per process: the launcher compiles it before cloning init, which
+/// then finds it ready in its copy of the launcher's memory.
+pub fn prepare() -> Result<&'static Program, SeccompError> {
+    static PROGRAM: std::sync::OnceLock<Result<Program, String>> = std::sync::OnceLock::new();
+    PROGRAM
+        .get_or_init(|| build().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| SeccompError::Compile(e.clone()))
+}
+
 /// Installs `program` on the calling thread. `no_new_privs` must already be set.
 pub fn install(program: &Program) -> Result<(), SeccompError> {
     let fprog = libc::sock_fprog {

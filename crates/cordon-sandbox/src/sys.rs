@@ -171,6 +171,45 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
     .map(drop)
 }
 
+/// Closes every descriptor from 3 up except those in `keep` (`close_range` over the gaps).
+/// Async-signal-safe.
+pub fn close_all_but(keep: &[RawFd]) -> io::Result<()> {
+    let mut keep: Vec<u32> = keep
+        .iter()
+        .filter_map(|&fd| u32::try_from(fd).ok())
+        .collect();
+    keep.sort_unstable();
+    let mut from = 3u32;
+    for fd in keep.into_iter().filter(|&fd| fd >= 3) {
+        if fd > from {
+            close_range(from, fd - 1)?;
+        }
+        from = fd + 1;
+    }
+    close_range(from, libc::c_uint::MAX)
+}
+
+fn close_range(first: u32, last: u32) -> io::Result<()> {
+    // SAFETY: close_range takes integer arguments and touches no memory. Closing descriptors
+    // that Rust objects own is sound only because the caller never uses or drops them again
+    // (see `close_all_but`'s callers).
+    check(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(drop)
+}
+
+/// Whether the calling process has exactly one thread (`/proc/self/stat`, field 20). A process
+/// cloned from a single-threaded one may do anything its parent could; one cloned from a
+/// multithreaded one only async-signal-safe things (another thread may hold a lock, the
+/// allocator's among them, that stays held forever in the copy).
+pub fn single_threaded() -> bool {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return false;
+    };
+    // The command name is in parentheses and may hold anything: count fields after the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(17))
+        .is_some_and(|n| n == "1")
+}
+
 /// Writes all of `buf` to `fd`, retrying on `EINTR`. Async-signal-safe.
 pub fn write_all_raw(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
@@ -229,28 +268,45 @@ impl CStringArray {
     }
 }
 
-/// Reads the errno-style integer a process left in a pipe, or `None` on EOF.
-pub fn read_i32(fd: BorrowedFd<'_>) -> io::Result<Option<i32>> {
-    let mut buf = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        match rustix::io::read(fd, &mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(if got == 4 {
-        Some(i32::from_ne_bytes(buf))
-    } else {
-        None
-    })
-}
-
 /// The kernel's description of an errno value, for messages.
 pub fn errno_name(errno: i32) -> String {
     io::Error::from_raw_os_error(errno).to_string()
+}
+
+/// Sets every signal (1–64, but `SIGKILL` and `SIGSTOP`) to its default disposition, the real-time
+/// signals the C library keeps for itself included (its wrappers refuse those, so this is the
+/// raw `rt_sigaction`). Async-signal-safe.
+pub fn default_signal_dispositions() {
+    /// The kernel's `struct sigaction` on x86-64.
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: libc::c_ulong,
+        restorer: usize,
+        mask: u64,
+    }
+    let dfl = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: rt_sigaction reads the `KernelSigaction` passed (SIG_DFL, no handler to call)
+        // and writes nothing (null old action); the mask size is the kernel's 8 bytes.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                std::ptr::addr_of!(dfl),
+                std::ptr::null_mut::<KernelSigaction>(),
+                8usize,
+            )
+        };
+    }
 }
 
 /// A signal set holding exactly `signals`.

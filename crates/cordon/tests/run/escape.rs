@@ -522,6 +522,52 @@ fn host_environment_is_not_inherited() {
     assert_eq!(names, ["GIVEN", "HOME", "LANG", "PATH", "TERM"], "{out}");
 }
 
+/// Init, pid 1 inside, is a copy of the `cordon` process (no exec): what cordon held — the
+/// host's environment, its command line, its memory — is out of the command's reach.
+/// `/proc/1/environ` and `/proc/1/mem` are refused (init is not dumpable) and its command line
+/// reads `cordon-init`. Negative control: a host process's environment is readable by its own
+/// user through `/proc`, and inside, the command reads its own.
+#[test]
+fn init_exposes_nothing_of_cordon() {
+    if !privileged("init_exposes_nothing_of_cordon") {
+        return;
+    }
+    let area = Area::new();
+    let mut control = std::process::Command::new("/bin/sleep")
+        .arg("30")
+        .env("CORDON_TEST_SECRET", "hunter2")
+        .spawn()
+        .unwrap();
+    let environ = fs::read(format!("/proc/{}/environ", control.id())).unwrap();
+    control.kill().unwrap();
+    control.wait().unwrap();
+    assert!(String::from_utf8_lossy(&environ).contains("hunter2"));
+
+    let probe = py(r#"
+for name in ("environ", "mem", "cmdline"):
+    try:
+        with open("/proc/1/" + name, "rb") as f:
+            data = f.read(4096)
+        print(name, "READ", data.replace(b"\0", b" ").decode(errors="replace").strip())
+    except OSError as e:
+        print(name, "ERR", errno.errorcode.get(e.errno, e.errno))
+own = open("/proc/self/environ", "rb").read()
+print("own", "READ" if b"HOME=" in own else "EMPTY")
+"#);
+    let r = area.run_with(&["--env", "GIVEN=marker-in-argv"], &strs(&probe), |c| {
+        c.env("CORDON_TEST_SECRET", "hunter2");
+    });
+    let out = r.ok();
+    assert!(out.contains("environ ERR EACCES"), "{out}");
+    assert!(out.contains("mem ERR EACCES"), "{out}");
+    assert!(out.contains("cmdline READ cordon-init\n"), "{out}");
+    assert!(out.contains("own READ"), "{out}");
+    assert!(
+        !out.contains("hunter2") && !out.contains("marker-in-argv") && !out.contains("--ledger"),
+        "{out}"
+    );
+}
+
 /// What the command writes to its stdout and reads from its stdin passes through.
 #[test]
 fn standard_streams_pass_through() {

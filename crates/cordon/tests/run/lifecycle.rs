@@ -386,3 +386,129 @@ fn a_grant_replaced_after_the_check_is_refused() {
         report.reasons
     );
 }
+
+/// The command starts with every signal at its default disposition and none blocked, though
+/// cordon's own runtime ignores `SIGPIPE` (and the test runner passes others ignored): `yes |
+/// head -n 1` ends quietly, `yes` killed by the signal. Negative control: the `cordon` process
+/// itself ignores `SIGPIPE` (read from its `/proc/<pid>/status` while it runs).
+#[test]
+fn the_command_starts_with_default_signal_dispositions() {
+    if !privileged("the_command_starts_with_default_signal_dispositions") {
+        return;
+    }
+    let area = Area::new();
+    let mut cordon = std::process::Command::new(env!("CARGO_BIN_EXE_cordon"))
+        .args(["run", "--ledger"])
+        .arg(area.path("ledger"))
+        .args(["--", "/bin/sleep", "5"])
+        .spawn()
+        .unwrap();
+    let sigpipe = 1u64 << (13 - 1);
+    let mut ignored = None;
+    for _ in 0..200 {
+        let status = fs::read_to_string(format!("/proc/{}/status", cordon.id())).unwrap();
+        ignored = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap());
+        if ignored.is_some_and(|m| m & sigpipe != 0) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let _ = cordon.kill();
+    let _ = cordon.wait();
+    assert!(ignored.is_some_and(|m| m & sigpipe != 0), "{ignored:?}");
+
+    let r = area.run(
+        &[],
+        &[
+            "/bin/sh",
+            "-c",
+            "grep -E '^Sig(Ign|Blk)' /proc/self/status; yes | head -n 1; echo \"status ${?}\"",
+        ],
+    );
+    let out = r.ok();
+    // No standard signal is ignored. (glibc's posix_spawn leaves its two internal real-time
+    // signals, 32 and 33, ignored in every process it starts, as in any program it spawns.)
+    let ign = out
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap());
+    assert_eq!(ign.map(|m| m & 0x7fff_ffff), Some(0), "{out}");
+    assert!(out.contains("SigBlk:\t0000000000000000"), "{out}");
+    assert!(out.contains("y\nstatus 0"), "{out}");
+    assert!(!r.stderr().contains("Broken pipe"), "{}", r.explain());
+}
+
+/// Init is a copy of cordon (no exec) when cordon is single-threaded, as `cordon run` is at the
+/// clone; an embedder with other threads gets the `cordon` binary executed as init instead, and
+/// the same boundary. Both are asserted on the report's stage names and verdict.
+#[test]
+fn init_is_forked_or_executed_as_the_launcher_allows() {
+    if !privileged("init_is_forked_or_executed_as_the_launcher_allows") {
+        return;
+    }
+    use cordon_runtime::{Evidence, LedgerPosition, RunSpec, Verdict};
+    struct Memory;
+    impl Evidence for Memory {
+        fn record(&mut self, _: &str, _: serde_json::Value) -> Result<LedgerPosition, String> {
+            Ok(LedgerPosition {
+                path: "memory".into(),
+                seq: 0,
+                head: String::new(),
+            })
+        }
+    }
+    let stage = |timings: &serde_json::Value| -> String {
+        timings
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t[0].as_str())
+            .find(|s| s.starts_with("clone3"))
+            .unwrap_or("")
+            .to_owned()
+    };
+    let area = Area::new();
+    let r = area.run(&[], &["/bin/true"]);
+    r.ok();
+    assert_eq!(
+        stage(&r.report["timings_us"]),
+        "clone3 (init forked), id maps",
+        "{}",
+        r.explain()
+    );
+
+    // A second thread, alive across the launch.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let parked = std::thread::spawn(move || rx.recv());
+    let spec = RunSpec {
+        command: vec!["/bin/sh".into(), "-c".into(), "exit 7".into()],
+        read: vec!["/usr".into()],
+        base_dir: area.path(""),
+        caller: (0, 0),
+        ..RunSpec::default()
+    };
+    let plan = spec.validate("r-executed-init").unwrap();
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
+    let mut backend = cordon_sandbox::LinuxBackend::new(exe);
+    let report = cordon_runtime::execute(&plan, &mut backend, &mut Memory);
+    tx.send(()).unwrap();
+    parked.join().unwrap().unwrap();
+    assert_eq!(report.verdict, Verdict::Allowed, "{report:?}");
+    assert_eq!(report.exit.code, Some(7));
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(
+        stage(&json["timings_us"]),
+        "clone3 (init re-executed), id maps",
+        "{report:?}"
+    );
+    for p in &report.enforcement {
+        assert_ne!(
+            p.state,
+            cordon_runtime::EnforcementState::VerificationFailed,
+            "{report:?}"
+        );
+    }
+}
