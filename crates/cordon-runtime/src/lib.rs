@@ -18,3 +18,19 @@ pub use report::{
 };
 pub use run::execute;
 pub use spec::{Limits, NetSpec, RunSpec, SpecError};
+
+/// Marks a point of a run on the process-wide timeline printed to standard error, `TIMELINE
+/// <ms since the first mark> <label>`: a diagnostic for where a whole `cordon run` spends its
+/// time, compiled in only with the `timeline` feature (`scripts/bench-run --timeline`), a no-op
+/// otherwise.
+#[inline(always)]
+pub fn mark(label: &str) {
+    #[cfg(feature = "timeline")]
+    {
+        static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let t0 = *T0.get_or_init(std::time::Instant::now);
+        eprintln!("TIMELINE {:8.3} {label}", t0.elapsed().as_secs_f64() * 1e3);
+    }
+    #[cfg(not(feature = "timeline"))]
+    let _ = label;
+}

@@ -30,6 +30,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     };
 
     let probe = backend.probe(plan);
+    crate::mark("probed");
     let shortfalls: Vec<&ProviderReport> = probe
         .iter()
         .filter(|p| p.state != EnforcementState::Enforced)
@@ -83,6 +84,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         }
         launched
     });
+    crate::mark("launched");
     let mut run = match launched {
         Ok(run) => run,
         Err(e) => {
@@ -117,6 +119,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         }
     };
     let outcome = run.wait(deadline, &mut sink);
+    crate::mark("waited");
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
@@ -137,6 +140,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     report.enforcement = run.enforcement();
     report.timings_us = run.timings();
     report.teardown = run.teardown(&mut sink);
+    crate::mark("teardown");
     let tail = std::mem::take(&mut pending);
     if !event_errors.is_empty() {
         report.reasons.push(format!(
@@ -195,6 +199,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     }
 
     finish_with(&mut report, evidence, tail, "run.end", started);
+    crate::mark("run.end recorded");
     report
 }
 

@@ -180,6 +180,7 @@ fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
     if !wait_for(&mut sync, GO_BUILD) {
         return Ok(0);
     }
+    cordon_runtime::mark("init: go");
     // The launcher has mapped the user namespace (which needs this process's /proc files to be
     // its own): from here on nothing of the sandbox may read init's memory (`/proc/1/mem`,
     // `/proc/1/environ`), whatever the host's `fs.suid_dumpable`. Set again after the uid
@@ -243,6 +244,7 @@ fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
     let mut clock = Stopwatch::start();
     let mounts = mounts::build(plan).stage("mounts")?;
     clock.lap("mounts");
+    cordon_runtime::mark("init: mounts");
 
     rustix::system::sethostname(plan.hostname.as_bytes()).stage("hostname")?;
     if plan.net == NetPlan::None {
@@ -258,6 +260,7 @@ fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
     clock.lap("seccomp (compile, unless the launcher did)");
     seccomp::install(program).stage("seccomp")?;
     clock.lap("seccomp (install)");
+    cordon_runtime::mark("init: seccomp");
     // From here on only the allowlist's calls are possible, in this process and its children.
 
     status.send(&Message::Ready(Ready {
@@ -413,6 +416,7 @@ fn start_and_reap(plan: &Plan, status: &mut Status) -> Result<i32, Failure> {
     sys::default_signal_dispositions();
     let started = match spawn(&candidates, &argv, &envp) {
         Ok(pid) => {
+            cordon_runtime::mark("init: spawned");
             status.send(&Message::Started { pid });
             pid
         }
@@ -456,6 +460,7 @@ fn start_and_reap(plan: &Plan, status: &mut Status) -> Result<i32, Failure> {
                     } else {
                         (None, None)
                     };
+                    cordon_runtime::mark("init: command exited");
                     status.send(&Message::Exited { code, signal });
                 }
                 return Ok(0);

@@ -37,6 +37,8 @@ pub struct LinuxBackend {
     init_exe: PathBuf,
     privileged: bool,
     registry: Option<Registry>,
+    /// The cgroup layout, read once (probe and launch both need it).
+    layout: std::cell::OnceCell<Option<Layout>>,
 }
 
 /// Where runs are registered for `cordon contain`, and the ledger they record into.
@@ -54,6 +56,7 @@ impl LinuxBackend {
             init_exe,
             privileged: rustix::process::geteuid().is_root(),
             registry: None,
+            layout: std::cell::OnceCell::new(),
         }
     }
 
@@ -67,7 +70,9 @@ impl LinuxBackend {
         if !self.privileged {
             return None;
         }
-        Layout::detect().ok().filter(Layout::writable)
+        self.layout
+            .get_or_init(|| Layout::detect().ok().filter(Layout::writable))
+            .clone()
     }
 }
 
@@ -157,10 +162,9 @@ impl Backend for LinuxBackend {
 
     fn launch(&mut self, plan: &Plan, gate: &mut dyn StartGate) -> Result<LinuxRun, BackendError> {
         let t0 = Instant::now();
+        cordon_runtime::mark("launch");
         let cgroup = match self.layout() {
             Some(layout) => Some({
-                // Runs whose cordon was killed before teardown leave empty cgroups behind.
-                crate::cgroup::remove_stale(&layout, Duration::from_secs(60));
                 RunCgroup::create(
                     &layout,
                     &plan.run_id,
@@ -173,6 +177,7 @@ impl Backend for LinuxBackend {
             }),
             None => None,
         };
+        cordon_runtime::mark("cgroup");
         let mut started = Starting {
             cgroup,
             init: None,
@@ -249,9 +254,6 @@ impl Starting {
             && backend.privileged
         {
             let t = Instant::now();
-            let root = std::path::Path::new(cordon_bpf::bpffs::DEFAULT_ROOT);
-            // Pins of runs whose cordon died and whose cgroup is gone.
-            let _ = cordon_bpf::cleanup_stale(root);
             let observer = Observer::attach(&plan.run_id, &cg.v2)
                 .map_err(|e| BackendError::new("observer", e))?;
             if let NetPlan::Allow(rules) = &plan.net {
@@ -276,6 +278,7 @@ impl Starting {
         // Otherwise (an embedder with threads) the `cordon` binary is executed as init, and
         // between the clone and that exec the child calls only async-signal-safe functions on
         // data prepared here.
+        cordon_runtime::mark("ebpf");
         let forked = backend.privileged && sys::single_threaded();
         let (sync_r, sync_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| err("pipe")(e.into()))?;
@@ -318,6 +321,7 @@ impl Starting {
         self.timings
             .push(("prepare".to_owned(), micros(launched_at.elapsed())));
         let t_clone = Instant::now();
+        cordon_runtime::mark("clone");
 
         // SAFETY: forked, the child is a copy of this single-threaded process and never returns
         // into this frame (`init::forked` ends in `_exit`); otherwise it calls only write, fcntl,
@@ -346,6 +350,7 @@ impl Starting {
             }
             Cloned::Parent { pid, pidfd } => (pid, pidfd),
         };
+        cordon_runtime::mark("cloned");
         self.init = Some((pid, pidfd.try_clone().map_err(err("clone3"))?));
         drop((sync_r, status_w, joins, exec));
         // The run's start may now be recorded on a thread of its own: the clone is done.
@@ -362,6 +367,7 @@ impl Starting {
             micros(t_clone.elapsed()),
         ));
         let t_init = Instant::now();
+        cordon_runtime::mark("GO sent");
         // Registered while init builds the boundary, before the command can start.
         if let (Some(reg), Some(cg)) = (&backend.registry, &self.cgroup) {
             let state = RunState {
@@ -409,6 +415,7 @@ impl Starting {
                 .map(|(k, v)| (format!("  {k}"), v)),
         );
 
+        cordon_runtime::mark("Ready");
         // Check the boundary from the host before anything of the command runs.
         let mut enforcement = verify(pid, plan, &ready, backend.privileged, self.cgroup.as_ref());
         if ready.memfd_exec_refused == Some(false) {
@@ -462,8 +469,14 @@ impl Starting {
         ));
         let t_exec = Instant::now();
 
+        cordon_runtime::mark("verified+gate");
         sync.write_all(&[GO_EXEC]).map_err(err("sync"))?;
         drop(sync);
+        let housekeeping = Some(housekeeping(
+            backend.layout(),
+            backend.privileged,
+            backend.registry.as_ref().map(|r| r.dir.clone()),
+        ));
         let start =
             match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
                 Some(Message::Started { .. }) => None,
@@ -513,8 +526,37 @@ impl Starting {
             probe_pids,
             events_recorded: 0,
             events_over_budget: std::collections::BTreeMap::new(),
+            housekeeping,
         })
     }
+}
+
+/// Removes what runs whose cordon died before its teardown left behind — empty cgroups, eBPF
+/// pins and slots, state entries — on a thread of its own at the lowest priority, while the
+/// command runs (nothing of this run depends on it: the observer cleans up and retries by
+/// itself when a stale entry is in its way).
+fn housekeeping(
+    layout: Option<Layout>,
+    privileged: bool,
+    registry: Option<StateDir>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        // SAFETY: sched_setscheduler on the calling thread (0) with a valid `sched_param`.
+        unsafe {
+            let param = libc::sched_param { sched_priority: 0 };
+            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+        }
+        if let Some(layout) = &layout {
+            crate::cgroup::remove_stale(layout, Duration::from_secs(60));
+        }
+        if privileged {
+            let _ =
+                cordon_bpf::cleanup_stale(std::path::Path::new(cordon_bpf::bpffs::DEFAULT_ROOT));
+        }
+        if let Some(dir) = registry {
+            dir.prune();
+        }
+    })
 }
 
 /// What the child needs to execute the `cordon` binary as init, prepared before the clone so
@@ -1006,6 +1048,8 @@ pub struct LinuxRun {
     events_recorded: usize,
     /// Events beyond [`EVENT_BUDGET`], counted by kind.
     events_over_budget: std::collections::BTreeMap<String, u64>,
+    /// The cleanup of earlier runs' leftovers, going on while the command runs.
+    housekeeping: Option<std::thread::JoinHandle<()>>,
 }
 
 impl LinuxRun {
@@ -1076,6 +1120,7 @@ impl Running for LinuxRun {
 
     fn teardown(mut self, events: EventSink<'_>) -> Teardown {
         let mut steps = Vec::new();
+        cordon_runtime::mark("teardown start");
         let verified = match self.cgroup.take() {
             Some(cg) => {
                 let v = cg.teardown(&mut steps);
@@ -1104,6 +1149,7 @@ impl Running for LinuxRun {
                 }
             }
         };
+        cordon_runtime::mark("cgroup gone");
         // Egress comes down only after every process of the run is gone.
         if let Some(e) = self.egress.take() {
             match e.release() {
@@ -1137,6 +1183,9 @@ impl Running for LinuxRun {
         }
         if let Some((dir, run_id)) = self.registered.take() {
             dir.remove(&run_id);
+        }
+        if let Some(h) = self.housekeeping.take() {
+            let _ = h.join();
         }
         steps.push(format!(
             "run lasted {:.1} ms",
@@ -1287,6 +1336,7 @@ impl LinuxRun {
                 }
             }
             if exited {
+                cordon_runtime::mark("init exited");
                 break;
             }
         }

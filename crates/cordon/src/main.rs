@@ -28,6 +28,7 @@ fn main() -> ExitCode {
             .collect();
         cordon_sandbox::init::main(&args);
     }
+    cordon_runtime::mark("main");
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -37,9 +38,13 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    cordon_runtime::mark("parsed");
     let failure_code = cli.command.failure_code();
     match cli.command.run() {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => {
+            cordon_runtime::mark("exit");
+            ExitCode::from(code)
+        }
         Err(err) => {
             eprintln!("cordon: {err:#}");
             ExitCode::from(failure_code)

@@ -102,8 +102,10 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let spec = build_spec(&args, &cwd)?;
+    cordon_runtime::mark("spec built");
     let run_id = new_run_id();
     let plan = spec.validate(&run_id)?;
+    cordon_runtime::mark("validated");
 
     // Open the report file now, before the command could plant a link where it will be.
     let report_file = match &args.report {
@@ -118,6 +120,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         .with_context(|| format!("creating ledger directory {}", ledger_dir.display()))?;
     let ledger = Ledger::open(&ledger_dir)
         .with_context(|| format!("opening ledger {}", ledger_dir.display()))?;
+    cordon_runtime::mark("ledger open");
     let mut evidence = LedgerEvidence {
         path: ledger.paths().file.display().to_string(),
         ledger,
@@ -130,10 +133,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let mut backend = LinuxBackend::new(exe);
     if rustix::process::geteuid().is_root() {
         let dir = cordon_sandbox::state::StateDir::open(&args.state_dir)?;
-        dir.prune();
         backend = backend.with_state_dir(dir, Some(ledger_dir.clone()));
     }
+    cordon_runtime::mark("state dir");
     let report = cordon_runtime::execute(&plan, &mut backend, &mut evidence);
+    cordon_runtime::mark("executed");
 
     if let Some(mut f) = report_file {
         let mut json = serde_json::to_vec_pretty(&report)?;
@@ -141,6 +145,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
         f.write_all(&json).context("writing the report")?;
     }
     summarize(&report, args.verbose);
+    cordon_runtime::mark("summarized");
     Ok(report.exit_code())
 }
 

@@ -538,7 +538,16 @@ fn init_exposes_nothing_of_cordon() {
         .env("CORDON_TEST_SECRET", "hunter2")
         .spawn()
         .unwrap();
-    let environ = fs::read(format!("/proc/{}/environ", control.id())).unwrap();
+    // Read once the child has executed `sleep` (before, it still shares the test's memory).
+    let mut environ = Vec::new();
+    for _ in 0..400 {
+        let cmdline = fs::read(format!("/proc/{}/cmdline", control.id())).unwrap_or_default();
+        if cmdline.starts_with(b"/bin/sleep") {
+            environ = fs::read(format!("/proc/{}/environ", control.id())).unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     control.kill().unwrap();
     control.wait().unwrap();
     assert!(String::from_utf8_lossy(&environ).contains("hunter2"));
