@@ -115,7 +115,7 @@ pub trait StartGate {
 pub type EventSink<'a> = &'a mut dyn FnMut(Vec<(String, Value)>);
 
 /// A run in progress.
-pub trait Running {
+pub trait Running: Send {
     /// Waits until the command ends, a limit is hit, or `deadline` passes (then the run is
     /// killed and the outcome says so), delivering host-observed events to `events`.
     fn wait(
@@ -138,7 +138,17 @@ pub trait Running {
     /// Kills whatever is left, verifies that nothing remains, and removes the boundary's
     /// resources, delivering the last host-observed events. Infallible by signature: a failure
     /// is part of the returned evidence.
-    fn teardown(self, events: EventSink<'_>) -> Teardown;
+    fn teardown(&mut self, events: EventSink<'_>) -> Teardown;
+
+    /// Removes what is left of the boundary once [`Running::teardown`] has shown every process
+    /// gone (empty cgroup directories, registrations): housekeeping, which the runtime does while
+    /// it records the run's end. Returns what was done, for the report.
+    fn cleanup(self) -> Vec<String>
+    where
+        Self: Sized,
+    {
+        Vec::new()
+    }
 }
 
 /// Where a run's evidence goes (the ledger, in production). `Send`, so that a record can be

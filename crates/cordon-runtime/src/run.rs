@@ -198,8 +198,21 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         }
     }
 
-    finish_with(&mut report, evidence, tail, "run.end", started);
-    crate::mark("run.end recorded");
+    // The run's end is recorded while what is left of the boundary (empty directories,
+    // registrations) is removed on another thread; what that did joins the report.
+    let cleaned = std::thread::scope(|scope| {
+        let cleanup = scope.spawn(move || run.cleanup());
+        finish_with(&mut report, evidence, tail, "run.end", started);
+        crate::mark("run.end recorded");
+        cleanup.join()
+    });
+    match cleaned {
+        Ok(steps) => report.teardown.steps.extend(steps),
+        Err(_) => report
+            .teardown
+            .steps
+            .push("cleanup after the run's end panicked".to_owned()),
+    }
     report
 }
 
@@ -374,7 +387,7 @@ mod tests {
         fn enforcement(&self) -> Vec<ProviderReport> {
             vec![ProviderReport::new("x", EnforcementState::Enforced, "ok")]
         }
-        fn teardown(self, _: crate::backend::EventSink<'_>) -> Teardown {
+        fn teardown(&mut self, _: crate::backend::EventSink<'_>) -> Teardown {
             Teardown {
                 verified_empty: self.verified_empty,
                 steps: vec![],

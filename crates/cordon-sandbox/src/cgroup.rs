@@ -624,6 +624,15 @@ impl RunCgroup {
     /// `cgroup.kill` does not empty it in time), and removes the directories. Each step and what
     /// it showed goes into `steps`; returns whether emptiness was observed.
     pub fn teardown(self, steps: &mut Vec<String>) -> bool {
+        let verified = self.kill_and_verify(steps);
+        self.remove(steps);
+        verified
+    }
+
+    /// Kills what is left and verifies `populated 0`, falling back to SIGKILL of each listed pid
+    /// if `cgroup.kill` does not empty it in time. Each step and what it showed goes into
+    /// `steps`; returns whether emptiness was observed.
+    pub fn kill_and_verify(&self, steps: &mut Vec<String>) -> bool {
         let mut verified = false;
         match self.kill() {
             Ok(()) => steps.push("cgroup.kill written".into()),
@@ -663,6 +672,12 @@ impl RunCgroup {
                 Err(e) => steps.push(format!("cgroup.events unreadable: {e}")),
             }
         }
+        verified
+    }
+
+    /// Removes the run's directories (v1 ones first). A cgroup that still holds a process cannot
+    /// be removed: call this after [`RunCgroup::kill_and_verify`].
+    pub fn remove(self, steps: &mut Vec<String>) {
         let mut dirs: Vec<PathBuf> = self.v1.iter().map(|(_, d)| d.clone()).collect();
         dirs.push(self.v2.clone());
         for dir in dirs {
@@ -671,7 +686,6 @@ impl RunCgroup {
                 Err(e) => steps.push(format!("could not remove {}: {e}", dir.display())),
             }
         }
-        verified
     }
 }
 

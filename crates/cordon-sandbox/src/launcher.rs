@@ -527,6 +527,7 @@ impl Starting {
             events_recorded: 0,
             events_over_budget: std::collections::BTreeMap::new(),
             housekeeping,
+            emptied: false,
         })
     }
 }
@@ -1050,6 +1051,8 @@ pub struct LinuxRun {
     events_over_budget: std::collections::BTreeMap<String, u64>,
     /// The cleanup of earlier runs' leftovers, going on while the command runs.
     housekeeping: Option<std::thread::JoinHandle<()>>,
+    /// Teardown showed every process of the run gone.
+    emptied: bool,
 }
 
 impl LinuxRun {
@@ -1118,12 +1121,12 @@ impl Running for LinuxRun {
         self.timings.clone()
     }
 
-    fn teardown(mut self, events: EventSink<'_>) -> Teardown {
+    fn teardown(&mut self, events: EventSink<'_>) -> Teardown {
         let mut steps = Vec::new();
         cordon_runtime::mark("teardown start");
-        let verified = match self.cgroup.take() {
+        let verified = match &self.cgroup {
             Some(cg) => {
-                let v = cg.teardown(&mut steps);
+                let v = cg.kill_and_verify(&mut steps);
                 self.reap_init();
                 v
             }
@@ -1150,13 +1153,6 @@ impl Running for LinuxRun {
             }
         };
         cordon_runtime::mark("cgroup gone");
-        // Egress comes down only after every process of the run is gone.
-        if let Some(e) = self.egress.take() {
-            match e.release() {
-                Ok(()) => steps.push("egress programs detached and unpinned".into()),
-                Err(err) => steps.push(format!("egress release failed: {err}")),
-            }
-        }
         if !self.events_over_budget.is_empty() {
             let total: u64 = self.events_over_budget.values().sum();
             events(vec![(
@@ -1168,25 +1164,19 @@ impl Running for LinuxRun {
                 }),
             )]);
         }
-        if let Some(o) = self.observer.take() {
-            match o.release() {
-                Ok(last) => {
-                    events(
-                        last.iter()
-                            .map(|ev| event_entry(ev, &self.probe_pids))
-                            .collect(),
-                    );
-                    steps.push("observer detached".into());
-                }
-                Err(err) => steps.push(format!("observer release failed: {err}")),
+        // The last events, before the run's end is recorded; the observer itself comes down in
+        // `cleanup`, once nothing of the run is left to observe.
+        if let Some(o) = &mut self.observer {
+            match o.drain() {
+                Ok(last) => events(
+                    last.iter()
+                        .map(|ev| event_entry(ev, &self.probe_pids))
+                        .collect(),
+                ),
+                Err(err) => steps.push(format!("observer: the last events unreadable: {err}")),
             }
         }
-        if let Some((dir, run_id)) = self.registered.take() {
-            dir.remove(&run_id);
-        }
-        if let Some(h) = self.housekeeping.take() {
-            let _ = h.join();
-        }
+        self.emptied = verified;
         steps.push(format!(
             "run lasted {:.1} ms",
             self.launched_at.elapsed().as_secs_f64() * 1e3
@@ -1195,6 +1185,53 @@ impl Running for LinuxRun {
             verified_empty: verified,
             steps,
         }
+    }
+
+    fn cleanup(mut self) -> Vec<String> {
+        let mut steps = Vec::new();
+        // Egress comes down only once every process of the run is shown gone; otherwise its
+        // pinned block stays in force, beyond this process.
+        if let Some(mut e) = self.egress.take() {
+            if self.emptied {
+                match e.release() {
+                    Ok(()) => steps.push("egress programs detached and unpinned".into()),
+                    Err(err) => steps.push(format!("egress release failed: {err}")),
+                }
+            } else {
+                match e.block_all() {
+                    Ok(()) => steps.push(
+                        "egress left attached and pinned, blocking everything: the run's \
+                         processes were not shown gone"
+                            .into(),
+                    ),
+                    Err(err) => {
+                        steps.push(format!("egress left attached; block-all failed: {err}"))
+                    }
+                }
+                // Dropping the handle leaves the pinned links and the block in force.
+                drop(e);
+            }
+        }
+        if let Some(o) = self.observer.take() {
+            match o.release() {
+                Ok(late) if late.is_empty() => steps.push("observer detached".into()),
+                Ok(late) => steps.push(format!(
+                    "observer detached; {} events arrived after the run's end was recorded",
+                    late.len()
+                )),
+                Err(err) => steps.push(format!("observer release failed: {err}")),
+            }
+        }
+        if let Some(cg) = self.cgroup.take() {
+            cg.remove(&mut steps);
+        }
+        if let Some((dir, run_id)) = self.registered.take() {
+            dir.remove(&run_id);
+        }
+        if let Some(h) = self.housekeeping.take() {
+            let _ = h.join();
+        }
+        steps
     }
 }
 
