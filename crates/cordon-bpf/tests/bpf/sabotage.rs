@@ -2,14 +2,15 @@
 //! could change it: a link detached, a link re-pointed to a permissive program, the allowlist
 //! widened. Each starts from a verification that passes (the negative control).
 
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, Map, MapData};
 use aya::programs::CgroupSockAddr;
-use cordon_bpf::sys;
 use cordon_bpf::wire::{ALLOW_VAL_LEN, AllowVal};
 use cordon_bpf::{EGRESS_OBJECT, VerifyState};
+use cordon_bpf::{bpffs, shared, sys};
 
 use crate::common::*;
 
@@ -28,7 +29,6 @@ fn a_detached_program_fails_verification() {
     let cg = TestCgroup::new();
     let mut eg = enforced_egress(&cg);
     let link = sys::obj_get(&eg.get().pin_dir().join("connect4")).unwrap();
-    use std::os::fd::AsFd;
     sys::link_detach(link.as_fd()).unwrap();
     let v = eg.get().verify_attached();
     assert_eq!(v.state, VerifyState::VerificationFailed);
@@ -55,9 +55,29 @@ fn a_replaced_program_fails_verification() {
     let mut eg = enforced_egress(&cg);
     // A copy of the same program whose maps admit everything for this run: its own
     // map-in-maps hold, at the run's slot, a trie with 0.0.0.0/0 and an unblocked control
-    // array. (A link re-pointed to another program keeps the attachment's storage, which names
-    // the slot.)
-    let mut bpf = aya::Ebpf::load(EGRESS_OBJECT).unwrap();
+    // array. It shares the attachment's cgroup storage (`run_of`, which names the slot): Linux
+    // 6.18 re-points a cgroup link only at a program using the same cgroup storage maps as the
+    // one it runs, and refuses (EINVAL) a copy with its own `run_of` or a program with none,
+    // which older kernels took. So this is the swap an attacker with root makes.
+    let generation = shared::generation_dir(Path::new(bpffs::DEFAULT_ROOT));
+    let run_of_pin = generation.join(shared::RUN_OF);
+    let run_of_id = {
+        // The pin must exist (aya would otherwise create and pin a new map there), and be the
+        // storage the attached program uses.
+        let run_of = sys::RawMap::open(&run_of_pin).unwrap();
+        let attached = sys::obj_get(&generation.join("connect4")).unwrap();
+        let attached = sys::prog_info(attached.as_fd()).unwrap();
+        assert!(
+            attached.map_ids.contains(&run_of.id()),
+            "connect4 does not use {}",
+            run_of_pin.display()
+        );
+        run_of.id()
+    };
+    let mut bpf = aya::EbpfLoader::new()
+        .map_pin_path(shared::RUN_OF, run_of_pin.as_path())
+        .load(EGRESS_OBJECT)
+        .unwrap();
     let any = AllowVal {
         any_port: true,
         ports: vec![],
@@ -67,7 +87,6 @@ fn a_replaced_program_fails_verification() {
         let Some(aya::maps::Map::ArrayOfMaps(m)) = bpf.map(name) else {
             panic!("no map-in-maps {name} in the object")
         };
-        use std::os::fd::AsFd;
         sys::RawMap::from_fd(m.fd().as_fd().try_clone_to_owned().unwrap()).unwrap()
     };
     let trie = sys::map_create(
@@ -93,7 +112,6 @@ fn a_replaced_program_fails_verification() {
     )
     .unwrap();
     {
-        use std::os::fd::AsFd;
         let slot = eg.get().slot();
         outer(&bpf, "allow4_of")
             .set_slot(slot, trie.as_fd())
@@ -107,9 +125,20 @@ fn a_replaced_program_fails_verification() {
     all.insert(&Key::new(0, [0u8; 4]), any, 0).unwrap();
     let prog: &mut CgroupSockAddr = bpf.program_mut("connect4").unwrap().try_into().unwrap();
     prog.load().unwrap();
+    let prog_fd = prog.fd().unwrap().as_fd();
+    let replacement = sys::prog_info(prog_fd).unwrap();
+    assert!(
+        replacement.map_ids.contains(&run_of_id),
+        "{:?}",
+        replacement.map_ids
+    );
     let link = sys::obj_get(&eg.get().pin_dir().join("connect4")).unwrap();
-    use std::os::fd::AsFd;
-    sys::link_update(link.as_fd(), prog.fd().unwrap().as_fd()).unwrap();
+    sys::link_update(link.as_fd(), prog_fd).unwrap();
+    assert_eq!(
+        sys::cgroup_link_info(link.as_fd()).unwrap().prog_id,
+        replacement.id,
+        "the link must now run the permissive copy"
+    );
 
     let v = eg.get().verify();
     assert_eq!(v.state, VerifyState::VerificationFailed);
