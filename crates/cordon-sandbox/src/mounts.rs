@@ -114,12 +114,13 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
     .map_err(err("mount root tmpfs on", staging))?;
     let at = |p: &Path| staging.join(p.strip_prefix("/").unwrap_or(p));
     let mut count = 1;
+    let mut dirs = Dirs::new(staging);
 
     // 3. A private /tmp (unless the host's is granted), first, so that grants below /tmp land
     //    inside it rather than under it.
     if !plan.mounts.iter().any(|m| m.path == Path::new("/tmp")) {
         let tmp = at(Path::new("/tmp"));
-        mkdir_p(&tmp)?;
+        dirs.ensure(&tmp)?;
         let size = plan
             .limits
             .memory
@@ -141,7 +142,7 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
         let target = at(&m.path);
         if let MountKind::Symlink(to) = &m.kind {
             if fs::symlink_metadata(&target).is_err() {
-                mkdir_p(target.parent().unwrap_or(staging))?;
+                dirs.ensure(target.parent().unwrap_or(staging))?;
                 std::os::unix::fs::symlink(to, &target).map_err(err("symlink", &target))?;
             }
             continue;
@@ -152,7 +153,7 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
             source: io::Error::other("source list out of step with the plan"),
         })?;
         debug_assert_eq!(path, m.path);
-        make_mountpoint(&target, is_dir)?;
+        make_mountpoint(&mut dirs, &target, is_dir)?;
         move_mount(
             fd.as_fd(),
             "",
@@ -161,12 +162,14 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
             MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
         )
         .map_err(err("attach", &m.path))?;
+        // What is below a bind is the host's, not this tree's: nothing under it is known.
+        dirs.forget_below(&target);
         count += 1;
     }
 
     // 5. /proc for the sandbox's own pid namespace.
     let proc_dir = at(Path::new("/proc"));
-    mkdir_p(&proc_dir)?;
+    dirs.ensure(&proc_dir)?;
     mount(
         "proc",
         &proc_dir,
@@ -178,10 +181,10 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
     count += 1;
 
     // 6. A minimal /dev.
-    count += build_dev(&at(Path::new("/dev")), devices)?;
+    count += build_dev(&mut dirs, &at(Path::new("/dev")), devices)?;
 
     // 7. /etc basics when /etc is not granted.
-    write_etc(staging, plan)?;
+    write_etc(&mut dirs, staging, plan)?;
 
     // 8. Swap roots and let go of the old one.
     std::env::set_current_dir(staging).map_err(err("chdir", staging))?;
@@ -247,8 +250,12 @@ fn noexec_when_exec_restricted(plan: &Plan, writable: &Path) -> bool {
     }
 }
 
-fn build_dev(dev: &Path, devices: Vec<(&str, OwnedFd)>) -> Result<usize, MountError> {
-    mkdir_p(dev)?;
+fn build_dev(
+    dirs: &mut Dirs,
+    dev: &Path,
+    devices: Vec<(&str, OwnedFd)>,
+) -> Result<usize, MountError> {
+    dirs.ensure(dev)?;
     mount(
         "cordon-dev",
         dev,
@@ -259,8 +266,9 @@ fn build_dev(dev: &Path, devices: Vec<(&str, OwnedFd)>) -> Result<usize, MountEr
     .map_err(err("mount tmpfs on", dev))?;
     let mut count = 1;
     for (name, fd) in devices {
+        // A fresh tmpfs: nothing is there yet.
         let node = dev.join(name);
-        make_mountpoint(&node, false)?;
+        create_file(&node)?;
         move_mount(
             fd.as_fd(),
             "",
@@ -272,7 +280,7 @@ fn build_dev(dev: &Path, devices: Vec<(&str, OwnedFd)>) -> Result<usize, MountEr
         count += 1;
     }
     let pts = dev.join("pts");
-    mkdir_p(&pts)?;
+    dirs.ensure(&pts)?;
     mount(
         "devpts",
         &pts,
@@ -283,7 +291,7 @@ fn build_dev(dev: &Path, devices: Vec<(&str, OwnedFd)>) -> Result<usize, MountEr
     .map_err(err("mount devpts on", &pts))?;
     count += 1;
     let shm = dev.join("shm");
-    mkdir_p(&shm)?;
+    dirs.ensure(&shm)?;
     mount(
         "shm",
         &shm,
@@ -314,12 +322,12 @@ fn build_dev(dev: &Path, devices: Vec<(&str, OwnedFd)>) -> Result<usize, MountEr
 
 /// `/etc/passwd`, `/etc/group` and `/etc/hosts` naming the sandbox's user and loopback, where no
 /// grant provides them (when `/etc` itself is granted, the host's files are what the command sees).
-fn write_etc(staging: &Path, plan: &Plan) -> Result<(), MountError> {
+fn write_etc(dirs: &mut Dirs, staging: &Path, plan: &Plan) -> Result<(), MountError> {
     if plan.mounts.iter().any(|m| m.path == Path::new("/etc")) {
         return Ok(());
     }
     let etc = staging.join("etc");
-    mkdir_p(&etc)?;
+    dirs.ensure(&etc)?;
     let id = plan.identity;
     let files = [
         (
@@ -351,30 +359,72 @@ fn write_etc(staging: &Path, plan: &Plan) -> Result<(), MountError> {
     Ok(())
 }
 
-fn mkdir_p(p: &Path) -> Result<(), MountError> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(p)
-        .map_err(err("mkdir", p))
+/// The directories of the tree being built that are known to exist, so that each is made (or
+/// checked) once rather than before every file placed in it.
+struct Dirs {
+    known: std::collections::HashSet<PathBuf>,
+}
+
+impl Dirs {
+    fn new(root: &Path) -> Self {
+        Dirs {
+            known: std::iter::once(root.to_path_buf()).collect(),
+        }
+    }
+
+    /// Makes `p` and its missing parents (mode 0755).
+    fn ensure(&mut self, p: &Path) -> Result<(), MountError> {
+        if self.known.contains(p) {
+            return Ok(());
+        }
+        match fs::DirBuilder::new().mode(0o755).create(p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if let Some(parent) = p.parent() {
+                    self.ensure(parent)?;
+                }
+                fs::DirBuilder::new()
+                    .mode(0o755)
+                    .create(p)
+                    .map_err(err("mkdir", p))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if !fs::metadata(p).is_ok_and(|m| m.is_dir()) {
+                    return Err(err("mkdir", p)(e));
+                }
+            }
+            Err(e) => return Err(err("mkdir", p)(e)),
+        }
+        self.known.insert(p.to_path_buf());
+        Ok(())
+    }
+
+    /// Forgets what is known below `p` (a mount now covers it).
+    fn forget_below(&mut self, p: &Path) {
+        self.known.retain(|k| !k.starts_with(p) || k == p);
+    }
+}
+
+fn create_file(p: &Path) -> Result<(), MountError> {
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(p)
+        .map(drop)
+        .map_err(err("create", p))
 }
 
 /// Creates an empty directory or file to mount on, unless something is already there (a nested
 /// grant inside a parent's bind finds its own directory already present).
-fn make_mountpoint(target: &Path, dir: bool) -> Result<(), MountError> {
-    if fs::symlink_metadata(target).is_ok() {
+fn make_mountpoint(dirs: &mut Dirs, target: &Path, dir: bool) -> Result<(), MountError> {
+    if dirs.known.contains(target) || fs::symlink_metadata(target).is_ok() {
         return Ok(());
     }
     if dir {
-        mkdir_p(target)
+        dirs.ensure(target)
     } else {
-        mkdir_p(target.parent().unwrap_or(Path::new("/")))?;
-        fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(target)
-            .map(drop)
-            .map_err(err("create", target))
+        dirs.ensure(target.parent().unwrap_or(Path::new("/")))?;
+        create_file(target)
     }
 }
