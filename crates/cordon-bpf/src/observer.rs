@@ -67,6 +67,9 @@ pub enum ObserverError {
         #[source]
         source: Box<aya::maps::MapError>,
     },
+    /// The ring buffer could not be mapped into this process (reported on every read after).
+    #[error("mapping the ring buffer: {0}")]
+    Mapping(String),
     /// Waiting for the ring buffer failed.
     #[error("polling the ring buffer: {0}")]
     Poll(io::Error),
@@ -85,13 +88,52 @@ fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> ObserverEr
     }
 }
 
+/// A run's ring buffer: the map, mapped into this process only when first read. Mapping 1 MiB
+/// of ring (the kernel fills in every page table entry at `mmap`) cost ~0.2 ms of each run's
+/// startup; the kernel writes records whether or not a reader has mapped it, so the mapping
+/// waits until the command runs. Records an earlier user of the slot left are then dropped as
+/// foreign, like any record not marked with this run's cgroup.
+enum Ring {
+    Unmapped(MapData),
+    Mapped(RingBuf<MapData>),
+    /// Mapping failed once; the error is reported again on every read.
+    Failed(String),
+}
+
+impl Ring {
+    fn mapped(&mut self) -> Result<&mut RingBuf<MapData>, ObserverError> {
+        if let Ring::Unmapped(_) = self {
+            let Ring::Unmapped(data) = std::mem::replace(self, Ring::Failed(String::new())) else {
+                unreachable!("checked above")
+            };
+            *self = match RingBuf::try_from(Map::RingBuf(data)) {
+                Ok(r) => Ring::Mapped(r),
+                Err(e) => Ring::Failed(e.to_string()),
+            };
+        }
+        match self {
+            Ring::Mapped(r) => Ok(r),
+            Ring::Failed(e) => Err(ObserverError::Mapping(e.clone())),
+            Ring::Unmapped(_) => unreachable!("mapped above"),
+        }
+    }
+
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match self {
+            Ring::Unmapped(d) => Some(d.fd().as_fd()),
+            Ring::Mapped(r) => Some(r.as_fd()),
+            Ring::Failed(_) => None,
+        }
+    }
+}
+
 /// Observes one run's cgroup. See the module documentation.
 pub struct Observer {
     cgroup_dir: PathBuf,
     cgroup_id: u64,
     pin_dir: PathBuf,
     bpffs: Mounted,
-    ring: RingBuf<MapData>,
+    ring: Ring,
     ring_id: u32,
     slot: u32,
     /// Records of other cgroups found in the ring buffer (left by an earlier user of the slot)
@@ -185,7 +227,7 @@ impl Observer {
         cgroup_dir: &Path,
         cgroup_id: u64,
         shared: &ObserverShared,
-    ) -> Result<(RingBuf<MapData>, u32, u32), ObserverError> {
+    ) -> Result<(Ring, u32, u32), ObserverError> {
         let key = cgroup_id.to_ne_bytes();
         if shared
             .watched
@@ -222,9 +264,7 @@ impl Observer {
             sys::obj_pin(shared.watched.as_fd(), &pin)
                 .map_err(SysError::bpf("pinning", pin.display().to_string()))?;
             let data = MapData::from_fd(ring_map.into_fd()).map_err(map_err("events"))?;
-            let mut ring = RingBuf::try_from(Map::RingBuf(data)).map_err(map_err("events"))?;
-            // What an earlier run of this slot left: nobody's events now.
-            while ring.next().is_some() {}
+            let ring = Ring::Unmapped(data);
             shared
                 .lost
                 .update(&key, &0u64.to_ne_bytes(), sys::BPF_ANY)
@@ -335,7 +375,8 @@ impl Observer {
 
     /// Moves every record now in the ring buffer into the queue.
     fn fill(&mut self) -> Result<(), ObserverError> {
-        while let Some(item) = self.ring.next() {
+        let ring = self.ring.mapped()?;
+        while let Some(item) = ring.next() {
             if wire::record_run(&item) != Some(self.cgroup_id) {
                 self.foreign += 1;
                 continue;
@@ -365,8 +406,13 @@ impl Observer {
             if left.is_zero() {
                 return Ok(Vec::new());
             }
+            let Some(fd) = self.ring.fd() else {
+                return Err(ObserverError::Poll(io::Error::other(
+                    "the ring buffer is not mapped",
+                )));
+            };
             let mut pfd = libc::pollfd {
-                fd: self.ring.as_fd().as_raw_fd(),
+                fd: fd.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             };
