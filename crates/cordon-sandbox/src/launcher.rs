@@ -387,6 +387,9 @@ impl Starting {
             self.registered = Some((reg.dir.clone(), plan.run_id.clone()));
         }
 
+        // While init builds: its namespaces, from the host.
+        let namespaces = verify_namespaces(pid, plan);
+        let ns_pid = ns_inode(pid, "pid");
         let mut status = BufReader::new(File::from(status_r));
         let mut ready =
             match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
@@ -417,7 +420,14 @@ impl Starting {
 
         cordon_runtime::mark("Ready");
         // Check the boundary from the host before anything of the command runs.
-        let mut enforcement = verify(pid, plan, &ready, backend.privileged, self.cgroup.as_ref());
+        let mut enforcement = vec![namespaces];
+        enforcement.extend(verify(
+            pid,
+            plan,
+            &ready,
+            backend.privileged,
+            self.cgroup.as_ref(),
+        ));
         if ready.memfd_exec_refused == Some(false) {
             enforcement.push(ProviderReport::new(
                 "exec",
@@ -458,7 +468,6 @@ impl Starting {
         if !refused.is_empty() {
             return Err(BackendError::new("verify", refused.join("; ")));
         }
-        let ns_pid = ns_inode(pid, "pid");
         self.timings
             .push(("host-side verify".to_owned(), micros(t_init.elapsed())));
         let t_gate = Instant::now();
@@ -748,6 +757,38 @@ fn ns_inode(pid: i32, ns: &str) -> Option<u64> {
         .map(|m| m.ino())
 }
 
+/// The host-side check of init's namespaces: `/proc/<pid>/ns/*` compared with cordon's own. Made
+/// while init builds the boundary (the namespaces came with the clone; a process changes its
+/// own only by `unshare`/`setns`, which init does not call and its seccomp filter then kills).
+fn verify_namespaces(pid: i32, plan: &Plan) -> ProviderReport {
+    use EnforcementState::*;
+    let mut wanted: Vec<&str> = NAMESPACES.to_vec();
+    if plan.net == NetPlan::None {
+        wanted.push("net");
+    }
+    let me = std::process::id() as i32;
+    let mut same = Vec::new();
+    for ns in &wanted {
+        match (ns_inode(pid, ns), ns_inode(me, ns)) {
+            (Some(a), Some(b)) if a != b => {}
+            _ => same.push(*ns),
+        }
+    }
+    if same.is_empty() {
+        ProviderReport::new(
+            "namespaces",
+            Enforced,
+            format!("new {} (inodes differ from cordon's)", wanted.join(", ")),
+        )
+    } else {
+        ProviderReport::new(
+            "namespaces",
+            VerificationFailed,
+            format!("shared with the host: {}", same.join(", ")),
+        )
+    }
+}
+
 /// The host-side check of the boundary init reports built: what `/proc/<pid>/status` and
 /// `/proc/<pid>/ns/*` show, compared with what was asked for. Nothing init says about itself is
 /// taken as the evidence, except Landlock's ruleset status, which only the restricted process can
@@ -769,31 +810,6 @@ fn verify(
         ..
     } = ready;
     let mut out = Vec::new();
-
-    let mut wanted: Vec<&str> = NAMESPACES.to_vec();
-    if plan.net == NetPlan::None {
-        wanted.push("net");
-    }
-    let mut same = Vec::new();
-    for ns in &wanted {
-        match (ns_inode(pid, ns), ns_inode(std::process::id() as i32, ns)) {
-            (Some(a), Some(b)) if a != b => {}
-            _ => same.push(*ns),
-        }
-    }
-    out.push(if same.is_empty() {
-        ProviderReport::new(
-            "namespaces",
-            Enforced,
-            format!("new {} (inodes differ from cordon's)", wanted.join(", ")),
-        )
-    } else {
-        ProviderReport::new(
-            "namespaces",
-            VerificationFailed,
-            format!("shared with the host: {}", same.join(", ")),
-        )
-    });
 
     out.push(ProviderReport::new(
         "mounts",
@@ -1480,7 +1496,8 @@ mod tests {
             memfd_exec_refused: None,
             timings: Vec::new(),
         };
-        let reports = verify(pid, &plan, &ready, true, None);
+        let mut reports = verify(pid, &plan, &ready, true, None);
+        reports.push(verify_namespaces(pid, &plan));
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
         let state = |name: &str| {
