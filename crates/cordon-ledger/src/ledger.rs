@@ -732,10 +732,14 @@ fn read_tail(paths: &Paths, file: &File, len: u64) -> Result<Tail, LedgerError> 
 /// The offset of the last `\n` before `end`, looking back at most `limit`
 /// bytes.
 fn rfind_newline(file: &File, end: u64, limit: u64) -> io::Result<Option<u64>> {
-    let mut buf = vec![0u8; 1 << 16];
+    // Windows grow from 8 KiB (most entries are shorter: one read finds the newline) to 64 KiB.
+    let mut buf = vec![0u8; 1 << 13];
     let mut hi = end;
     let floor = end.saturating_sub(limit);
     while hi > floor {
+        if hi < end && buf.len() < 1 << 16 {
+            buf.resize(buf.len() * 2, 0);
+        }
         let lo = hi.saturating_sub(buf.len() as u64).max(floor);
         let chunk = &mut buf[..usize::try_from(hi - lo).unwrap_or(0)];
         file.read_exact_at(chunk, lo)?;
