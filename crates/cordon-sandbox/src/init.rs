@@ -494,60 +494,101 @@ fn candidates(plan: &Plan) -> Result<Vec<CString>, std::ffi::NulError> {
         .collect()
 }
 
-/// Starts the command with `posix_spawn` (a vfork on a stack of its own, so that init's
-/// memory, a copy of cordon's, is not copied again): in a session of its own, with no signal
-/// blocked (glibc leaves its own two real-time signals, 32 and 33, ignored in what it spawns, as
-/// in every program it starts). Tries each candidate path as `execvp` would; `Err` is the errno of the last attempt
-/// that mattered.
+/// What the spawned child reads (and writes back) while it shares init's memory.
+struct SpawnArgs<'a> {
+    candidates: &'a [CString],
+    argv: &'a sys::CStringArray,
+    envp: &'a sys::CStringArray,
+    empty: libc::sigset_t,
+    /// The errno of the last exec attempt that mattered, written by the child before it exits.
+    errno: std::sync::atomic::AtomicI32,
+}
+
+/// The spawned child: a new session, no signal blocked (dispositions are already the defaults),
+/// then `execve` of each candidate as `execvp` would. Runs on its own stack in init's memory
+/// (`CLONE_VM | CLONE_VFORK`, init suspended until it execs or exits), so it makes system calls
+/// only, allocates nothing and returns nowhere.
+extern "C" fn spawned(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `SpawnArgs` `spawn` passed, alive in the shared memory while init is
+    // suspended by CLONE_VFORK.
+    let a = unsafe { &*(arg as *const SpawnArgs<'_>) };
+    // SAFETY: setsid takes no arguments and touches no memory.
+    unsafe { libc::setsid() };
+    // SAFETY: sigprocmask reads the valid signal set passed and writes nothing.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &a.empty, std::ptr::null_mut()) };
+    let mut errno = libc::ENOENT;
+    for c in a.candidates {
+        // SAFETY: `c`, `argv` and `envp` are NUL-terminated and NULL-terminated as execve needs
+        // and outlive the call.
+        unsafe { libc::execve(c.as_ptr(), a.argv.as_ptr(), a.envp.as_ptr()) };
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOENT);
+        // As execvp: a missing candidate lets the search go on; anything else is remembered.
+        if e != libc::ENOENT && e != libc::ENOTDIR {
+            errno = e;
+        }
+    }
+    a.errno.store(errno, std::sync::atomic::Ordering::Relaxed);
+    sys::exit_now(127)
+}
+
+/// Starts the command as a vfork child of init (its memory, a copy of cordon's, is not copied
+/// again): see [`spawned`]. `Err` is the errno of the last exec attempt that mattered.
 fn spawn(
     candidates: &[CString],
     argv: &sys::CStringArray,
     envp: &sys::CStringArray,
 ) -> Result<libc::pid_t, i32> {
-    // SAFETY: posix_spawnattr_t is plain data that posix_spawnattr_init initializes.
-    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
-    let empty = sys::sigset(&[]);
-    // POSIX_SPAWN_SETSIGMASK is 0x08 (glibc's spawn.h), which fits the attribute's `short`.
-    const SETSIGMASK: libc::c_short = 0x08;
-    const _: () = assert!(libc::POSIX_SPAWN_SETSIGMASK == SETSIGMASK as libc::c_int);
-    // SAFETY: initializes the attribute object (destroyed once below).
-    let mut setup = unsafe { libc::posix_spawnattr_init(&mut attr) } == 0;
-    // SAFETY: `attr` is initialized; the flags are glibc's (SETSID since 2.26).
-    setup = setup
-        && unsafe {
-            libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSID | SETSIGMASK)
-        } == 0;
-    // SAFETY: `attr` is initialized; `empty` is a valid signal set.
-    setup = setup && unsafe { libc::posix_spawnattr_setsigmask(&mut attr, &empty) } == 0;
-    if !setup {
+    const STACK: usize = 64 << 10;
+    // SAFETY: an anonymous private mapping of STACK bytes, unmapped below.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
         return Err(libc::ENOMEM);
     }
-    let mut errno = libc::ENOENT;
-    let mut started = None;
-    for c in candidates {
-        let mut pid: libc::pid_t = 0;
-        // SAFETY: `c`, `argv` and `envp` are NUL-terminated and NULL-terminated as execve needs
-        // and outlive the call; `attr` is initialized; `pid` is a valid out-pointer.
-        let r = unsafe {
-            libc::posix_spawn(
-                &mut pid,
-                c.as_ptr(),
-                std::ptr::null(),
-                &attr,
-                argv.as_ptr().cast(),
-                envp.as_ptr().cast(),
-            )
-        };
-        if r == 0 {
-            started = Some(pid);
-            break;
-        }
-        // As execvp: a missing candidate lets the search go on; anything else is remembered.
-        if r != libc::ENOENT && r != libc::ENOTDIR {
-            errno = r;
+    let args = SpawnArgs {
+        candidates,
+        argv,
+        envp,
+        empty: sys::sigset(&[]),
+        errno: std::sync::atomic::AtomicI32::new(0),
+    };
+    // SAFETY: one past the end of the STACK-byte mapping: the top of the child's stack.
+    let top = unsafe { stack.cast::<u8>().add(STACK) };
+    // SAFETY: `spawned` runs on the mapping above (stacks grow down) with `args`, which outlives
+    // the call: with CLONE_VFORK this thread resumes only once the child has executed the
+    // command or exited. SIGCHLD reports its end to init's reaper.
+    let pid = unsafe {
+        libc::clone(
+            spawned,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::addr_of!(args).cast_mut().cast(),
+        )
+    };
+    let clone_errno = std::io::Error::last_os_error().raw_os_error();
+    // SAFETY: the mapping made above, no longer in use (the child has exec'd or exited).
+    unsafe { libc::munmap(stack, STACK) };
+    if pid < 0 {
+        return Err(clone_errno.unwrap_or(libc::EAGAIN));
+    }
+    match args.errno.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => Ok(pid),
+        errno => {
+            // The child exited without executing anything: reap it here.
+            let mut status = 0;
+            // SAFETY: waitpid on our own child with a valid out-pointer.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            Err(errno)
         }
     }
-    // SAFETY: initialized above, destroyed once.
-    unsafe { libc::posix_spawnattr_destroy(&mut attr) };
-    started.ok_or(errno)
 }

@@ -3,7 +3,7 @@
 //! nor signal processes outside its domain. Applied inside the sandbox after `pivot_root`, so the
 //! rules name the sandbox's own tree.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
@@ -95,25 +95,34 @@ pub fn apply(plan: &LandlockPlan) -> Result<Enforcement, LandlockError> {
     }
     let mut created = ruleset.create()?;
 
-    let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
-    for (p, access) in sandbox_paths(exec_anywhere) {
-        if Path::new(p).exists() {
-            rules.push((p.into(), access));
-        }
-    }
-    rules.extend(plan.read.iter().map(|p| (p.clone(), read)));
-    rules.extend(plan.write.iter().map(|p| (p.clone(), write)));
+    // (path, access, whether the sandbox itself provides it: then it may be absent)
+    let mut rules: Vec<(PathBuf, BitFlags<AccessFs>, bool)> = sandbox_paths(exec_anywhere)
+        .into_iter()
+        .map(|(p, access)| (PathBuf::from(p), access, true))
+        .collect();
+    rules.extend(plan.read.iter().map(|p| (p.clone(), read, false)));
+    rules.extend(plan.write.iter().map(|p| (p.clone(), write, false)));
     if let Some(exec) = &plan.exec {
         let run = AccessFs::Execute | AccessFs::ReadFile | AccessFs::ReadDir;
-        rules.extend(exec.iter().map(|p| (p.clone(), run)));
+        rules.extend(exec.iter().map(|p| (p.clone(), run, false)));
     }
-    for (path, access) in rules {
-        let fd = PathFd::new(&path).map_err(|source| LandlockError::Path {
-            path: path.clone(),
-            source,
-        })?;
-        // A rule on a non-directory may only carry file rights.
-        let access = if path.is_dir() {
+    for (path, access, optional) in rules {
+        let fd = match PathFd::new(&path) {
+            Ok(fd) => fd,
+            Err(_) if optional && std::fs::symlink_metadata(&path).is_err() => continue,
+            Err(source) => {
+                return Err(LandlockError::Path {
+                    path: path.clone(),
+                    source,
+                });
+            }
+        };
+        // A rule on a non-directory may only carry file rights (the opened file's type, not
+        // another walk of the path).
+        let is_dir = rustix::fs::fstat(&fd).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+        });
+        let access = if is_dir {
             access
         } else {
             access & AccessFs::from_file(abi)

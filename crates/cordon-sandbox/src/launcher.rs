@@ -353,11 +353,12 @@ impl Starting {
         cordon_runtime::mark("cloned");
         self.init = Some((pid, pidfd.try_clone().map_err(err("clone3"))?));
         drop((sync_r, status_w, joins, exec));
-        // The run's start may now be recorded on a thread of its own: the clone is done.
-        gate.begin();
         write_id_maps(pid, plan, backend.privileged).map_err(err("uid_map"))?;
         let mut sync = File::from(sync_w);
         sync.write_all(&[GO_BUILD]).map_err(err("sync"))?;
+        // The run's start may now be recorded on a thread of its own: the clone is done.
+        gate.begin();
+
         self.timings.push((
             if forked {
                 "clone3 (init forked), id maps".to_owned()

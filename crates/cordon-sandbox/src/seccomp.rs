@@ -675,9 +675,7 @@ fn search(
     // conditional jump's 255-instruction reach goes through an unconditional `ja`.
     let at = prog.len();
     prog.push(insn(BPF_JMP_JGE_K, 0, 0, split));
-    let mut left_code = Program::new();
-    search(left, &mut left_code, &mut Vec::new()).map(drop)?;
-    let left_len = left_code.len();
+    let left_len = search_len(left);
     let base = if let Ok(jt) = u8::try_from(left_len) {
         prog[at].jt = jt;
         prog.len()
@@ -692,10 +690,20 @@ fn search(
         ));
         prog.len()
     };
-    // Emit the left half for real (its fixups are relative to where it lands).
     search(left, prog, fixups)?;
     debug_assert_eq!(prog.len() - base, left_len);
     search(right, prog, fixups)
+}
+
+/// How many instructions [`search`] emits for `ranges`.
+fn search_len(ranges: &[(u32, Leaf)]) -> usize {
+    if ranges.len() <= 1 {
+        return 1;
+    }
+    let (left, right) = ranges.split_at(ranges.len() / 2);
+    let left_len = search_len(left);
+    let trampoline = usize::from(u8::try_from(left_len).is_err());
+    1 + trampoline + left_len + search_len(right)
 }
 
 /// Emits the argument block of `nr`: each arm's tests in turn (a failing test jumps to the next
