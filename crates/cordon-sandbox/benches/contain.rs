@@ -1,8 +1,12 @@
 //! Containment latency: from the call to verified dead (and egress blocked, when the run has an
 //! egress provider), for process trees of 1, 10 and 100. Root only.
 //!
+//! Beside it, in the same run, the kernel's own floor for the same trees: `cgroup.kill` then
+//! `populated 0`, with no egress block, freeze or record; the ratio of the two medians is what
+//! cordon's containment adds to what the kernel must do anyway.
+//!
 //! `cargo bench -p cordon-sandbox --bench contain` (criterion), which also prints the median and
-//! p90 of the raw samples.
+//! p90 of the raw samples and the ratios.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,6 +50,33 @@ fn containment(c: &mut Criterion) {
     group.sample_size(20);
     group.measurement_time(Duration::from_secs(8));
     let mut counter = 0u64;
+    let mut medians: std::collections::BTreeMap<(usize, &str), Duration> = Default::default();
+    for n in [1usize, 10, 100] {
+        let label = "kernel floor (cgroup.kill, populated 0)";
+        let mut samples: Vec<Duration> = Vec::new();
+        group.bench_with_input(BenchmarkId::new("kernel-floor", n), &n, |b, &n| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    counter += 1;
+                    let (cg, mut child) = tree(&layout, n, counter);
+                    let t = Instant::now();
+                    cg.kill().unwrap();
+                    assert!(cg.wait_empty(Duration::from_secs(2)).unwrap().is_some());
+                    let took = t.elapsed();
+                    total += took;
+                    samples.push(took);
+                    let _ = child.wait();
+                    let mut steps = Vec::new();
+                    cg.teardown(&mut steps);
+                }
+                total
+            });
+        });
+        if let Some(m) = report(n, label, &mut samples) {
+            medians.insert((n, "floor"), m);
+        }
+    }
     for with_egress in [false, true] {
         for n in [1usize, 10, 100] {
             let label = if with_egress {
@@ -101,20 +132,39 @@ fn containment(c: &mut Criterion) {
                     total
                 });
             });
-            if samples.is_empty() {
-                continue; // filtered out on the command line
+            if let Some(m) = report(n, label, &mut samples) {
+                medians.insert((n, label), m);
             }
-            samples.sort();
-            let pct = |percent: usize| samples[(samples.len() - 1) * percent / 100];
-            println!(
-                "contain {n:>3} processes ({label}): median {:.3} ms, p90 {:.3} ms over {} containments",
-                pct(50).as_secs_f64() * 1e3,
-                pct(90).as_secs_f64() * 1e3,
-                samples.len()
-            );
         }
     }
     group.finish();
+    for ((n, label), m) in &medians {
+        if *label == "floor" {
+            continue;
+        }
+        if let Some(floor) = medians.get(&(*n, "floor")) {
+            println!(
+                "ratio contain/kernel floor, {n:>3} processes ({label}): {:.2}",
+                m.as_secs_f64() / floor.as_secs_f64()
+            );
+        }
+    }
+}
+
+/// Prints the median and p90 of `samples`; returns the median (none when filtered out).
+fn report(n: usize, label: &str, samples: &mut [Duration]) -> Option<Duration> {
+    if samples.is_empty() {
+        return None; // filtered out on the command line
+    }
+    samples.sort();
+    let pct = |percent: usize| samples[(samples.len() - 1) * percent / 100];
+    println!(
+        "contain {n:>3} processes ({label}): median {:.3} ms, p90 {:.3} ms over {} containments",
+        pct(50).as_secs_f64() * 1e3,
+        pct(90).as_secs_f64() * 1e3,
+        samples.len()
+    );
+    Some(pct(50))
 }
 
 criterion_group!(benches, containment);

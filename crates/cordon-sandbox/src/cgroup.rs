@@ -446,7 +446,7 @@ impl RunCgroup {
             source,
         })?;
         let mut buf = String::new();
-        let mut backoff = Duration::from_micros(50);
+        let mut backoff = Duration::from_micros(25);
         loop {
             buf.clear();
             file.rewind()
@@ -465,9 +465,12 @@ impl RunCgroup {
             // The kernel rate-limits `cgroup.events` notifications to one per 10 ms (a freeze
             // just before a kill delays the `populated 0` one), and does not notify the removal
             // of the cgroup at all (its supervisor may remove it as soon as it empties). So the
-            // file is also read again on a short, growing period: 50 µs, doubling, up to 10 ms.
+            // file is also read again on a short period: every 25 µs for the first 2 ms (a
+            // freeze or the kill of a small tree is over by then), then growing to 10 ms.
             let slice = left.min(backoff);
-            backoff = (backoff * 2).min(Duration::from_millis(10));
+            if start.elapsed() > Duration::from_millis(2) {
+                backoff = (backoff * 2).min(Duration::from_millis(10));
+            }
             let mut fds = [PollFd::new(&file, PollFlags::PRI | PollFlags::ERR)];
             let ts = rustix::time::Timespec {
                 tv_sec: 0,

@@ -114,7 +114,7 @@ pub fn contain(cgroup: &RunCgroup, egress: Option<EgressBlock<'_>>) -> Containme
 
     let processes = match cgroup.procs_recursive() {
         Ok(pids) => {
-            let procs: Vec<Process> = pids.into_iter().map(describe).collect();
+            let procs = describe_all(&pids);
             step(
                 "record",
                 Enforced,
@@ -213,21 +213,71 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// Reads a process's parent and command line from `/proc` (best effort: it may already be gone).
-fn describe(pid: i32) -> Process {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+/// Describes every process, in order, on up to as many threads as the machine has cores (the
+/// processes are frozen: nothing changes while they are read).
+fn describe_all(pids: &[i32]) -> Vec<Process> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(pids.len() / 16)
+        .max(1);
+    if threads == 1 {
+        let mut buf = [0u8; 1024];
+        return pids.iter().map(|&p| describe(p, &mut buf)).collect();
+    }
+    let chunk = pids.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = pids
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    let mut buf = [0u8; 1024];
+                    part.iter()
+                        .map(|&p| describe(p, &mut buf))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
+/// Reads a process's parent and command line from `/proc` (best effort: it may already be
+/// gone): one open and one read of each file, into `buf`.
+fn describe(pid: i32, buf: &mut [u8; 1024]) -> Process {
+    let stat = read_proc(pid, "stat", buf);
     // The command name is in parentheses and may contain spaces: parse after the last ')'.
     let ppid = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .iter()
+        .rposition(|&b| b == b')')
+        .and_then(|i| std::str::from_utf8(&stat[i + 1..]).ok())
+        .and_then(|rest| rest.split_whitespace().nth(1))
         .and_then(|p| p.parse().ok())
         .unwrap_or(0);
-    let mut raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    raw.truncate(256);
-    let cmdline = String::from_utf8_lossy(&raw)
+    let raw = read_proc(pid, "cmdline", buf);
+    let raw = &raw[..raw.len().min(256)];
+    let cmdline = String::from_utf8_lossy(raw)
         .split('\0')
         .filter(|s| !s.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
     Process { pid, ppid, cmdline }
+}
+
+/// `/proc/<pid>/<name>`, at most `buf.len()` bytes of it (empty when unreadable).
+fn read_proc<'b>(pid: i32, name: &str, buf: &'b mut [u8; 1024]) -> &'b [u8] {
+    use rustix::fs::{Mode, OFlags};
+    let Ok(fd) = rustix::fs::open(
+        format!("/proc/{pid}/{name}"),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return &[];
+    };
+    match rustix::io::read(&fd, &mut buf[..]) {
+        Ok(n) => &buf[..n],
+        Err(_) => &[],
+    }
 }
