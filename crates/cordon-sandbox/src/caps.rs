@@ -93,7 +93,7 @@ fn prctl_ambient_raise(cap: u32) -> io::Result<()> {
 
 /// The highest capability number this kernel knows.
 pub fn last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+    crate::sys::read_text("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63)
@@ -182,7 +182,7 @@ impl StatusCaps {
 
     /// Reads `/proc/<pid>/status`.
     pub fn read(pid: i32) -> io::Result<Self> {
-        Ok(Self::parse(&std::fs::read_to_string(format!(
+        Ok(Self::parse(&crate::sys::read_text(format!(
             "/proc/{pid}/status"
         ))?))
     }

@@ -154,7 +154,7 @@ impl Layout {
             let (_, rel) = v1_rel.iter().find(|(c, _)| c.iter().any(|x| x == ctrl))?;
             Some(join(mnt, rel))
         };
-        let v2_controllers = fs::read_to_string(v2_base.join("cgroup.controllers"))
+        let v2_controllers = crate::sys::read_text(v2_base.join("cgroup.controllers"))
             .unwrap_or_default()
             .split_whitespace()
             .map(str::to_owned)
@@ -363,7 +363,7 @@ impl RunCgroup {
     /// Whether `/proc/<pid>/cgroup` shows `pid` in each v1 cgroup that carries a limit; `Err`
     /// names the controllers it is not in.
     pub fn check_v1_membership(&self, pid: i32) -> Result<Vec<&'static str>, String> {
-        let text = fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        let text = crate::sys::read_text(format!("/proc/{pid}/cgroup"))
             .map_err(|e| format!("/proc/{pid}/cgroup: {e}"))?;
         let mut missing = Vec::new();
         let mut joined = Vec::new();
@@ -794,7 +794,7 @@ fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
 
 fn read(path: impl AsRef<Path>) -> Result<String, CgroupError> {
     let path = path.as_ref();
-    fs::read_to_string(path).map_err(|source| CgroupError::Read {
+    crate::sys::read_text(path).map_err(|source| CgroupError::Read {
         path: path.to_path_buf(),
         source,
     })

@@ -108,7 +108,7 @@ pub unsafe fn forked(config: &InitConfig) -> ! {
 /// exec. `/proc/1/cmdline` then reads `cordon-init`; `/proc/1/environ` is refused anyway (init
 /// is not dumpable) and would read nothing.
 fn scrub_inherited_strings() {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    let Ok(stat) = sys::read_text("/proc/self/stat") else {
         return;
     };
     // Fields 48–51: arg_start, arg_end, env_start, env_end (after the ')' of the name, the

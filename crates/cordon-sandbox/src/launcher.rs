@@ -672,7 +672,7 @@ fn user_ns_limits() -> Vec<(String, u64)> {
     SHARED_PER_USER
         .iter()
         .filter_map(|name| {
-            let have: u64 = std::fs::read_to_string(format!("/proc/sys/user/{name}"))
+            let have: u64 = sys::read_text(format!("/proc/sys/user/{name}"))
                 .ok()?
                 .trim()
                 .parse()
@@ -909,7 +909,7 @@ fn verify(
 
     match cgroup {
         Some(cg) => {
-            let inside = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            let inside = sys::read_text(format!("/proc/{pid}/cgroup")).unwrap_or_default();
             let rel = cg
                 .v2
                 .file_name()

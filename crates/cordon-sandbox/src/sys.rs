@@ -196,12 +196,35 @@ fn close_range(first: u32, last: u32) -> io::Result<()> {
     check(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(drop)
 }
 
+/// Reads a small kernel-made file (`/proc`, cgroupfs, sysctl) into a string with one 8 KiB
+/// read, where `fs::read_to_string` starts with a 32-byte probe and doubles (six reads for
+/// `/proc/self/stat`): these files report size 0, and each read is a system call.
+pub fn read_text(path: impl AsRef<std::path::Path>) -> io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 8192];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
 /// Whether the calling process has exactly one thread (`/proc/self/stat`, field 20). A process
 /// cloned from a single-threaded one may do anything its parent could; one cloned from a
 /// multithreaded one only async-signal-safe things (another thread may hold a lock, the
 /// allocator's among them, that stays held forever in the copy).
 pub fn single_threaded() -> bool {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    let Ok(stat) = read_text("/proc/self/stat") else {
         return false;
     };
     // The command name is in parentheses and may hold anything: count fields after the last ')'.
