@@ -574,7 +574,8 @@ fn housekeeping(
 /// that the child only makes system calls.
 struct ExecInit {
     exe: OwnedFd,
-    config_fd: OwnedFd,
+    /// The sealed config init reads (its number is in `argv`; kept open until the exec).
+    _config_fd: OwnedFd,
     argv: sys::CStringArray,
     envp: sys::CStringArray,
     inherit: [i32; 3],
@@ -620,7 +621,7 @@ impl ExecInit {
         let inherit = [config_fd.as_raw_fd(), config.sync_fd, config.status_fd];
         Ok(ExecInit {
             exe,
-            config_fd,
+            _config_fd: config_fd,
             argv,
             envp,
             inherit,
@@ -650,7 +651,6 @@ impl ExecInit {
             );
             sys::exit_now(125);
         }
-        let _ = &self.config_fd;
         // SAFETY: argv and envp are NULL-terminated arrays of NUL-terminated strings owned by
         // `self`, alive in this copy of the address space.
         let _ =
