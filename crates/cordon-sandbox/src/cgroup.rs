@@ -724,24 +724,36 @@ pub fn remove_stale(layout: &Layout, min_age: Duration) -> usize {
     removed
 }
 
-/// Creates `<base>/cordon` (if needed) and `<base>/cordon/<name>`; records the new leaf.
+/// Creates `<base>/cordon` (if needed) and `<base>/cordon/<name>`; records the new leaf. The
+/// leaf is tried first: `<base>/cordon` exists after the first run.
 fn make_dirs(base: &Path, name: &str, created: &mut Vec<PathBuf>) -> Result<PathBuf, CgroupError> {
     let parent = base.join("cordon");
-    match fs::create_dir(&parent) {
+    let dir = parent.join(name);
+    match fs::create_dir(&dir) {
         Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            match fs::create_dir(&parent) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(CgroupError::Create {
+                        path: parent,
+                        source,
+                    });
+                }
+            }
+            fs::create_dir(&dir).map_err(|source| CgroupError::Create {
+                path: dir.clone(),
+                source,
+            })?;
+        }
         Err(source) => {
             return Err(CgroupError::Create {
-                path: parent,
+                path: dir.clone(),
                 source,
             });
         }
     }
-    let dir = parent.join(name);
-    fs::create_dir(&dir).map_err(|source| CgroupError::Create {
-        path: dir.clone(),
-        source,
-    })?;
     created.push(dir.clone());
     Ok(dir)
 }
