@@ -513,6 +513,32 @@ impl RunCgroup {
         Ok(asked && key_value(&events, "frozen") == Some(1))
     }
 
+    /// Every process in the run's cgroup and its descendants, and the ids of those cgroups.
+    pub fn tree(&self) -> Result<(Vec<i32>, Vec<u64>), CgroupError> {
+        let mut pids = Vec::new();
+        let mut ids = vec![self.id];
+        let mut dirs = vec![self.v2.clone()];
+        while let Some(dir) = dirs.pop() {
+            pids.extend(
+                read(dir.join("cgroup.procs"))?
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<i32>().ok()),
+            );
+            if let Ok(entries) = fs::read_dir(&dir) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        if let Ok(m) = e.metadata() {
+                            ids.push(m.ino());
+                        }
+                        dirs.push(e.path());
+                    }
+                }
+            }
+        }
+        pids.sort_unstable();
+        Ok((pids, ids))
+    }
+
     /// Every process in the run's cgroup and its descendants.
     pub fn procs_recursive(&self) -> Result<Vec<i32>, CgroupError> {
         let mut out = Vec::new();

@@ -196,6 +196,71 @@ fn close_range(first: u32, last: u32) -> io::Result<()> {
     check(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(drop)
 }
 
+/// What `PIDFD_GET_INFO` says of a process.
+#[derive(Debug, Clone, Copy)]
+pub struct PidfdInfo {
+    /// Its pid, in the caller's pid namespace.
+    pub pid: i32,
+    /// Its parent's pid, in the caller's pid namespace.
+    pub ppid: i32,
+    /// The id of its cgroup v2 cgroup.
+    pub cgroup_id: u64,
+    /// Its real uid, on the host.
+    pub uid: u32,
+}
+
+/// Asks the kernel about the process behind a pidfd (`PIDFD_GET_INFO`, Linux 6.13): its pid,
+/// parent and cgroup, about exactly that process whatever became of its pid number.
+pub fn pidfd_info(pidfd: &impl std::os::fd::AsFd) -> io::Result<PidfdInfo> {
+    /// `struct pidfd_info` up to its first version's size (64 bytes).
+    #[repr(C)]
+    #[derive(Default)]
+    struct Raw {
+        mask: u64,
+        cgroupid: u64,
+        pid: u32,
+        tgid: u32,
+        ppid: u32,
+        ids: [u32; 8],
+        spare: u32,
+    }
+    const _: () = assert!(std::mem::size_of::<Raw>() == 64);
+    const PIDFD_INFO_PID: u64 = 1 << 0;
+    const PIDFD_INFO_CREDS: u64 = 1 << 1;
+    const PIDFD_INFO_CGROUPID: u64 = 1 << 2;
+    /// `_IOWR(PIDFS_IOCTL_MAGIC = 0xFF, 11, struct pidfd_info)` for a 64-byte struct.
+    const PIDFD_GET_INFO: libc::c_ulong = (3 << 30) | (64 << 16) | (0xFF << 8) | 11;
+    let mut raw = Raw {
+        mask: PIDFD_INFO_PID | PIDFD_INFO_CREDS | PIDFD_INFO_CGROUPID,
+        ..Raw::default()
+    };
+    // SAFETY: PIDFD_GET_INFO reads the requested mask from and writes at most 64 bytes (the size
+    // encoded in the request) into `raw`, which is 64 bytes and outlives the call.
+    let r = unsafe {
+        libc::ioctl(
+            pidfd.as_fd().as_raw_fd(),
+            PIDFD_GET_INFO,
+            std::ptr::addr_of_mut!(raw),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if raw.mask & (PIDFD_INFO_PID | PIDFD_INFO_CGROUPID) != PIDFD_INFO_PID | PIDFD_INFO_CGROUPID {
+        return Err(io::Error::other(
+            "the kernel did not report the pid and cgroup",
+        ));
+    }
+    Ok(PidfdInfo {
+        pid: i32::try_from(raw.pid).map_err(io::Error::other)?,
+        ppid: i32::try_from(raw.ppid).map_err(io::Error::other)?,
+        cgroup_id: raw.cgroupid,
+        // `ids` is ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid (PIDFD_INFO_CREDS is always
+        // reported).
+        uid: raw.ids[0],
+    })
+}
+
 /// Reads a small kernel-made file (`/proc`, cgroupfs, sysctl) into a string with one 8 KiB
 /// read, where `fs::read_to_string` starts with a 32-byte probe and doubles (six reads for
 /// `/proc/self/stat`): these files report size 0, and each read is a system call.

@@ -183,11 +183,26 @@ fn containment_freezes_records_kills_and_verifies() {
             .all(|s| s.state == EnforcementState::Enforced)
     );
     assert_eq!(outcome.processes.len(), 10, "{:#?}", outcome.processes);
+    // The recorded tree is the listed one: every pid, each one's parent either another recorded
+    // process or this test (which started the tree), all root's.
+    let mut recorded: Vec<i32> = outcome.processes.iter().map(|p| p.pid).collect();
+    recorded.sort_unstable();
+    let mut listed = pids.clone();
+    listed.sort_unstable();
+    assert_eq!(recorded, listed);
+    let me = i32::try_from(std::process::id()).unwrap();
+    for p in &outcome.processes {
+        assert!(
+            p.ppid == me || recorded.contains(&p.ppid),
+            "{p:?} in {:#?}",
+            outcome.processes
+        );
+        assert_eq!(p.uid, 0, "{p:?}");
+    }
     assert!(
-        outcome
-            .processes
-            .iter()
-            .all(|p| p.cmdline.contains("sleep") || p.cmdline.contains("sh"))
+        outcome.processes.iter().any(|p| p.ppid != me),
+        "a tree, not a flat list: {:#?}",
+        outcome.processes
     );
     assert!(!fx.cg().populated().unwrap());
     for pid in pids {
