@@ -119,7 +119,12 @@ pub fn contain(cgroup: &RunCgroup, egress: Option<EgressBlock<'_>>) -> Containme
     // number). Reading /proc instead cost ~19 us a process here.
     let processes = match cgroup.tree() {
         Ok((pids, cgroup_ids)) => {
-            let (processes, strays) = record(&pids, &cgroup_ids);
+            let leaf = cgroup
+                .v2
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let (processes, strays) = record(&pids, &cgroup_ids, &leaf);
             let mut detail = format!(
                 "{} processes recorded while frozen (pid, parent, uid through pidfds)",
                 processes.len()
@@ -224,16 +229,28 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Opens a pidfd for each listed pid and asks the kernel, through it, for the process's parent,
-/// uid and cgroup (`PIDFD_GET_INFO`): a listed pid reused by another process since it was listed
-/// shows another cgroup and is left out, as is one already gone. Returns the processes and how
-/// many were left out.
-fn record(pids: &[i32], cgroup_ids: &[u64]) -> (Vec<Process>, usize) {
+/// uid and cgroup (`PIDFD_GET_INFO`, Linux 6.13): a listed pid reused by another process since
+/// it was listed shows another cgroup and is left out, as is one already gone. On an older
+/// kernel the same facts come from `/proc` (kept only if the pidfd shows the process still there
+/// after the read). Returns the processes and how many were left out.
+fn record(pids: &[i32], cgroup_ids: &[u64], leaf: &str) -> (Vec<Process>, usize) {
     let mut processes = Vec::with_capacity(pids.len());
     let mut strays = 0;
     for &pid in pids {
-        let info = rustix::process::Pid::from_raw(pid)
-            .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
-            .and_then(|fd| crate::sys::pidfd_info(&fd).ok());
+        let fd = rustix::process::Pid::from_raw(pid).and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+        });
+        let Some(fd) = fd else {
+            strays += 1;
+            continue;
+        };
+        let info = match crate::sys::pidfd_info(&fd) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTTY | libc::EINVAL)) => {
+                from_proc(pid, leaf, cgroup_ids[0]).filter(|_| !exited(&fd))
+            }
+            Err(_) => None,
+            Ok(info) => Some(info),
+        };
         match info {
             Some(info) if cgroup_ids.contains(&info.cgroup_id) && info.pid == pid => {
                 processes.push(Process {
@@ -246,4 +263,117 @@ fn record(pids: &[i32], cgroup_ids: &[u64]) -> (Vec<Process>, usize) {
         }
     }
     (processes, strays)
+}
+
+/// `PIDFD_GET_INFO`'s facts read from `/proc/<pid>/{stat,status,cgroup}` instead (kernels before
+/// 6.13). The process is the run's when `/proc/<pid>/cgroup` names the run's cgroup (`leaf`) or
+/// one below it.
+fn from_proc(pid: i32, leaf: &str, run_id: u64) -> Option<crate::sys::PidfdInfo> {
+    let stat = crate::sys::read_text(format!("/proc/{pid}/stat")).ok()?;
+    let ppid = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok())?;
+    let status = crate::sys::read_text(format!("/proc/{pid}/status")).ok()?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())?;
+    let cgroup = crate::sys::read_text(format!("/proc/{pid}/cgroup")).ok()?;
+    let v2 = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
+    let run = format!("/cordon/{leaf}");
+    let member = v2.ends_with(&run) || v2.contains(&format!("{run}/"));
+    Some(crate::sys::PidfdInfo {
+        pid,
+        ppid,
+        // Named by path, not id: the run's own id stands for it and its descendants.
+        cgroup_id: if member { run_id } else { 0 },
+        uid,
+    })
+}
+
+/// Whether the process behind `fd` has exited (its pidfd is readable).
+fn exited(fd: &std::os::fd::OwnedFd) -> bool {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    poll(&mut fds, Some(&zero)).map_or(true, |n| n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `/proc` reading for kernels without `PIDFD_GET_INFO`, on this test's own process: its
+    /// parent and uid as the kernel says, and membership only of the cgroup it is in.
+    #[test]
+    fn proc_facts_match_the_process() {
+        let me = i32::try_from(std::process::id()).unwrap();
+        let own = crate::sys::read_text("/proc/self/cgroup").unwrap();
+        let path = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+        // Our own cgroup plays the run's: "/cordon/<leaf>" must be its tail.
+        let (parent, leaf) = path.trim().rsplit_once('/').unwrap();
+        let info = from_proc(me, leaf, 7).unwrap();
+        assert_eq!(
+            info.ppid,
+            i32::try_from(std::os::unix::process::parent_id()).unwrap()
+        );
+        assert_eq!(info.uid, rustix::process::getuid().as_raw());
+        let member = parent.ends_with("/cordon");
+        assert_eq!(info.cgroup_id, if member { 7 } else { 0 });
+        assert_eq!(from_proc(me, "no-such-run", 7).unwrap().cgroup_id, 0);
+    }
+
+    /// The same, for a process in a run's cgroup: a member, with its parent; and the pidfd path
+    /// agrees with it.
+    #[test]
+    fn proc_facts_name_a_run_member() {
+        if !rustix::process::geteuid().is_root() {
+            let msg = "SKIP proc_facts_name_a_run_member: needs root";
+            if std::env::var_os("CORDON_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
+                panic!("{msg}; CORDON_REQUIRE_PRIVILEGED=1 turns this skip into a failure");
+            }
+            eprintln!("{msg}");
+            return;
+        }
+        let layout = crate::cgroup::Layout::detect().unwrap();
+        let name = format!("unit-{}", std::process::id());
+        let cg = RunCgroup::create(&layout, &name, crate::cgroup::CgroupLimits::default()).unwrap();
+        let procs = cg.v2.join("cgroup.procs");
+        let mut child = std::process::Command::new("/bin/sh")
+            .args([
+                "-c",
+                &format!("echo $$ > {} && exec sleep 30", procs.display()),
+            ])
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        while !cg.procs().unwrap().contains(&pid) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let me = i32::try_from(std::process::id()).unwrap();
+        let info = from_proc(pid, &name, cg.id).unwrap();
+        assert_eq!((info.pid, info.ppid, info.cgroup_id), (pid, me, cg.id));
+        let (recorded, strays) = record(&[pid], &[cg.id], &name);
+        assert_eq!(strays, 0);
+        assert_eq!(
+            recorded,
+            [Process {
+                pid,
+                ppid: me,
+                uid: 0
+            }]
+        );
+        // Negative control: outside the run's cgroups, the same process is left out.
+        let (recorded, strays) = record(&[pid], &[cg.id + 1], &name);
+        assert_eq!((recorded.len(), strays), (0, 1));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let mut steps = Vec::new();
+        cg.teardown(&mut steps);
+    }
 }
