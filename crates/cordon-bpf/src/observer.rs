@@ -263,6 +263,10 @@ impl Observer {
             let pin = dir.join(shared::WATCHED);
             sys::obj_pin(shared.watched.as_fd(), &pin)
                 .map_err(SysError::bpf("pinning", pin.display().to_string()))?;
+            // What an earlier user of this slot left: nobody's events now. Discarded through the
+            // ring's position pages only; the ring itself is mapped at the first read.
+            sys::ringbuf_discard(ring_map.as_fd())
+                .map_err(SysError::bpf("emptying", "the ring buffer".to_owned()))?;
             let data = MapData::from_fd(ring_map.into_fd()).map_err(map_err("events"))?;
             let ring = Ring::Unmapped(data);
             shared

@@ -337,6 +337,56 @@ pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
     new_fd(unsafe { bpf(BPF_OBJ_GET, &mut attr) }?)
 }
 
+/// Discards every record in a ring buffer map: the consumer position is moved to the producer's.
+/// Maps only the two position pages (the consumer page read-write, the first producer page
+/// read-only), not the ring itself. Meant for a ring no producer writes to meanwhile (a slot
+/// being taken over before its cgroup is entered into the filter).
+pub fn ringbuf_discard(ring: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: sysconf takes an integer and reads no memory.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .map_err(|_| io::Error::other("no page size"))?;
+    let map = |prot, offset: usize| -> io::Result<*mut libc::c_void> {
+        // SAFETY: a new shared mapping of one page of the ring buffer map at `offset`; the
+        // kernel refuses offsets and protections a ring buffer does not allow.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                prot,
+                libc::MAP_SHARED,
+                ring.as_raw_fd(),
+                libc::off_t::try_from(offset).map_err(io::Error::other)?,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(p)
+        }
+    };
+    let consumer = map(libc::PROT_READ | libc::PROT_WRITE, 0)?;
+    let producer = match map(libc::PROT_READ, page) {
+        Ok(p) => p,
+        Err(e) => {
+            // SAFETY: the one-page mapping made above.
+            unsafe { libc::munmap(consumer, page) };
+            return Err(e);
+        }
+    };
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // SAFETY: the producer page is mapped, page-aligned (so aligned for an AtomicU64) and starts
+    // with the kernel's `unsigned long` producer position, which is only read here.
+    let producer_pos = unsafe { &*producer.cast::<AtomicU64>() };
+    // SAFETY: as above for the consumer page and position, which a reader advances.
+    let consumer_pos = unsafe { &*consumer.cast::<AtomicU64>() };
+    consumer_pos.store(producer_pos.load(Ordering::Acquire), Ordering::Release);
+    // SAFETY: the producer mapping made above; the reference into it is not used again.
+    unsafe { libc::munmap(producer, page) };
+    // SAFETY: the consumer mapping made above; likewise.
+    unsafe { libc::munmap(consumer, page) };
+    Ok(())
+}
+
 /// Pins a BPF object at `path` in bpffs (`BPF_OBJ_PIN`); the pin is one more reference to it.
 pub fn obj_pin(fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
     let c = c_path(path)?;

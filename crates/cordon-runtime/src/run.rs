@@ -82,9 +82,35 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
                 Err(_) => start_error = Some("the recording thread panicked".to_owned()),
             }
         }
-        launched
+        (launched, gate.passed)
     });
     crate::mark("launched");
+    let (launched, gate_passed) = launched;
+    // A backend that started the command without passing the gate broke the rule that nothing
+    // runs without evidence of its start: the run is stopped and failed.
+    let launched = match launched {
+        Ok(mut run) if !gate_passed || start_error.is_some() => {
+            let _ = run.kill(KillReason::Containment);
+            let teardown = run.teardown(&mut |_| {});
+            report.teardown = teardown;
+            let _ = run.cleanup();
+            Err(match &start_error {
+                Some(e) => format!("ledger: could not record the run's start: {e}"),
+                None => "the backend started the command without waiting for the record of its \
+                         start"
+                    .to_owned(),
+            })
+        }
+        other => other.map_err(|e| e.to_string()),
+    };
+    if let Some(e) = start_error {
+        report.enforcement = probe;
+        report.reasons.push(format!(
+            "ledger: could not record the run's start, so it was not started: {e}"
+        ));
+        report.duration_ms = millis(started.elapsed());
+        return report;
+    }
     let mut run = match launched {
         Ok(run) => run,
         Err(e) => {
@@ -335,6 +361,8 @@ mod tests {
         launched: bool,
         /// Fail the launch before the gate.
         fail_launch: bool,
+        /// Start without passing the gate (a broken backend).
+        skip_gate: bool,
     }
 
     struct ScriptedRun {
@@ -358,7 +386,9 @@ mod tests {
             if self.fail_launch {
                 return Err(BackendError::new("clone3", "no more processes"));
             }
-            gate.pass().map_err(|e| BackendError::new("gate", e))?;
+            if !self.skip_gate {
+                gate.pass().map_err(|e| BackendError::new("gate", e))?;
+            }
             self.launched = true;
             Ok(ScriptedRun {
                 outcome: self.outcome.clone(),
@@ -413,6 +443,7 @@ mod tests {
             verified_empty: true,
             launched: false,
             fail_launch: false,
+            skip_gate: false,
         }
     }
 
@@ -449,6 +480,42 @@ mod tests {
             "{:?}",
             r.reasons
         );
+    }
+
+    #[test]
+    fn a_failed_start_record_with_a_failed_launch_records_nothing_more() {
+        let mut b = backend(exited(0));
+        b.fail_launch = true;
+        let mut ev = Recorder {
+            fail: true,
+            ..Recorder::default()
+        };
+        let r = execute(&plan(), &mut b, &mut ev);
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert!(ev.entries.is_empty());
+        assert!(
+            r.reasons
+                .iter()
+                .any(|x| x.contains("could not record the run's start")),
+            "{:?}",
+            r.reasons
+        );
+    }
+
+    #[test]
+    fn a_backend_that_skips_the_gate_is_stopped_and_failed() {
+        let mut b = backend(exited(0));
+        b.skip_gate = true;
+        let mut ev = Recorder::default();
+        let r = execute(&plan(), &mut b, &mut ev);
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert!(
+            r.reasons.iter().any(|x| x.contains("without waiting")),
+            "{:?}",
+            r.reasons
+        );
+        let kinds: Vec<&str> = ev.entries.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(kinds, ["run.start", "run.end"]);
     }
 
     #[test]

@@ -719,9 +719,11 @@ impl RunCgroup {
 }
 
 /// Removes run cgroups left behind by a cordon that died before its teardown: directories under
-/// `<base>/cordon/` (in v2 and in the v1 hierarchies) that hold no process and are older than
-/// `min_age` (so a run being set up right now is never touched). Returns how many were removed.
-pub fn remove_stale(layout: &Layout, min_age: Duration) -> usize {
+/// `<base>/cordon/` (in v2 and in the v1 hierarchies) that hold no process, are older than
+/// `min_age` (so a run being set up right now is never touched) and whose name `keep` does not
+/// claim (a run still registered: its cgroup is empty for a moment between its init's exit and
+/// its teardown). Returns how many were removed.
+pub fn remove_stale(layout: &Layout, min_age: Duration, keep: &dyn Fn(&str) -> bool) -> usize {
     let mut bases = vec![layout.v2_base.clone()];
     bases.extend(layout.memory_v1.iter().cloned());
     bases.extend(layout.pids_v1.iter().cloned());
@@ -735,6 +737,9 @@ pub fn remove_stale(layout: &Layout, min_age: Duration) -> usize {
                 continue;
             }
             let dir = e.path();
+            if keep(&e.file_name().to_string_lossy()) {
+                continue;
+            }
             let old = e
                 .metadata()
                 .and_then(|m| m.modified())

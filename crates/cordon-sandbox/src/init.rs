@@ -89,12 +89,18 @@ pub unsafe fn forked(config: &InitConfig) -> ! {
         );
         sys::exit_now(125);
     }
-    scrub_inherited_strings();
     let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: the launcher passed this descriptor for this process; the launcher's own
         // object for it lives in frames this process never returns to.
         let status = unsafe { File::from_raw_fd(config.status_fd) };
         let mut status = Status(status);
+        // Nothing of cordon's command line or environment may stay readable: fail otherwise.
+        if let Err(message) = scrub_inherited_strings() {
+            return status.fail(Failure {
+                stage: "init",
+                message,
+            });
+        }
         match run(config, &mut status) {
             Ok(code) => code,
             Err(f) => status.fail(f),
@@ -107,10 +113,8 @@ pub unsafe fn forked(config: &InitConfig) -> ! {
 /// host's environment, cordon's command line): init is a copy of the launcher, not a fresh
 /// exec. `/proc/1/cmdline` then reads `cordon-init`; `/proc/1/environ` is refused anyway (init
 /// is not dumpable) and would read nothing.
-fn scrub_inherited_strings() {
-    let Ok(stat) = sys::read_text("/proc/self/stat") else {
-        return;
-    };
+fn scrub_inherited_strings() -> Result<(), String> {
+    let stat = sys::read_text("/proc/self/stat").map_err(|e| format!("/proc/self/stat: {e}"))?;
     // Fields 48–51: arg_start, arg_end, env_start, env_end (after the ')' of the name, the
     // third field is index 0).
     let fields: Vec<usize> = stat
@@ -124,10 +128,16 @@ fn scrub_inherited_strings() {
         })
         .unwrap_or_default();
     let [arg_start, arg_end, env_start, env_end] = fields[..] else {
-        return;
+        return Err("no argument and environment bounds in /proc/self/stat".to_owned());
     };
+    if arg_start == 0 || arg_end <= arg_start || env_end < env_start {
+        return Err(format!(
+            "implausible argument and environment bounds {arg_start:#x}-{arg_end:#x}, \
+             {env_start:#x}-{env_end:#x}"
+        ));
+    }
     for (start, end) in [(arg_start, arg_end), (env_start, env_end)] {
-        if start == 0 || end <= start {
+        if end == start {
             continue;
         }
         // SAFETY: the kernel reports [start, end) as this process's initial argument
@@ -140,6 +150,7 @@ fn scrub_inherited_strings() {
         // SAFETY: as above; the name and its terminating zero fit in the argument area.
         unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), arg_start as *mut u8, name.len()) };
     }
+    Ok(())
 }
 
 /// What init calls itself in `/proc/<pid>/cmdline` and `comm`.

@@ -227,12 +227,19 @@ impl Starting {
                 rustix::process::WaitIdOptions::EXITED,
             );
         }
+        let mut emptied = true;
         if let Some(cg) = self.cgroup.take() {
             let mut steps = Vec::new();
-            cg.teardown(&mut steps);
+            emptied = cg.teardown(&mut steps);
         }
-        if let Some(e) = egress {
-            let _ = e.release();
+        // As at the end of a run: egress comes down only once nothing of the run is left;
+        // otherwise its pinned block stays.
+        if let Some(mut e) = egress {
+            if emptied {
+                let _ = e.release();
+            } else {
+                let _ = e.block_all();
+            }
         }
         if let Some(o) = observer {
             let _ = o.release();
@@ -280,6 +287,11 @@ impl Starting {
         // data prepared here.
         cordon_runtime::mark("ebpf");
         let forked = backend.privileged && sys::single_threaded();
+        // The seccomp filters this process runs under (init inherits them): the host-side check
+        // wants init's own on top of these, not merely some.
+        let inherited_filters = StatusCaps::read(std::process::id() as i32)
+            .map_err(|e| BackendError::new("seccomp", format!("/proc/self/status: {e}")))?
+            .seccomp_filters;
         let (sync_r, sync_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| err("pipe")(e.into()))?;
         let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -426,6 +438,7 @@ impl Starting {
             pid,
             plan,
             &ready,
+            inherited_filters,
             backend.privileged,
             self.cgroup.as_ref(),
         ));
@@ -483,6 +496,7 @@ impl Starting {
         sync.write_all(&[GO_EXEC]).map_err(err("sync"))?;
         drop(sync);
         let housekeeping = Some(housekeeping(
+            plan.run_id.clone(),
             backend.layout(),
             backend.privileged,
             backend.registry.as_ref().map(|r| r.dir.clone()),
@@ -547,25 +561,33 @@ impl Starting {
 /// command runs (nothing of this run depends on it: the observer cleans up and retries by
 /// itself when a stale entry is in its way).
 fn housekeeping(
+    own: String,
     layout: Option<Layout>,
     privileged: bool,
     registry: Option<StateDir>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        // SAFETY: sched_setscheduler on the calling thread (0) with a valid `sched_param`.
-        unsafe {
-            let param = libc::sched_param { sched_priority: 0 };
-            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-        }
+        // The lowest ordinary priority (not SCHED_IDLE, which a busy command could starve).
+        let tid = rustix::thread::gettid().as_raw_nonzero().get();
+        // SAFETY: setpriority on the calling thread (its tid) with an integer niceness.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) };
+        // Runs still registered (this one among them) keep their cgroups.
+        let mut active: Vec<String> = match &registry {
+            Some(dir) => {
+                dir.prune();
+                dir.list().into_iter().map(|r| r.run_id).collect()
+            }
+            None => Vec::new(),
+        };
+        active.push(own);
         if let Some(layout) = &layout {
-            crate::cgroup::remove_stale(layout, Duration::from_secs(60));
+            crate::cgroup::remove_stale(layout, Duration::from_secs(60), &|name| {
+                active.iter().any(|id| id == name)
+            });
         }
         if privileged {
             let _ =
                 cordon_bpf::cleanup_stale(std::path::Path::new(cordon_bpf::bpffs::DEFAULT_ROOT));
-        }
-        if let Some(dir) = registry {
-            dir.prune();
         }
     })
 }
@@ -798,6 +820,7 @@ fn verify(
     pid: i32,
     plan: &Plan,
     ready: &Ready,
+    inherited_filters: u32,
     privileged: bool,
     cgroup: Option<&RunCgroup>,
 ) -> Vec<ProviderReport> {
@@ -839,12 +862,17 @@ fn verify(
                 ProviderReport::new("no_new_privs", VerificationFailed, "NoNewPrivs: 0")
             });
             out.push(
-                if st.seccomp_mode == 2 && st.seccomp_filters as usize >= *programs {
+                // Exactly init's own programs on top of those cordon itself runs under (which
+                // init inherited): a filter cordon was started with cannot stand in for them.
+                if st.seccomp_mode == 2
+                    && st.seccomp_filters as usize == inherited_filters as usize + *programs
+                {
                     ProviderReport::new(
                         "seccomp",
                         Enforced,
                         format!(
-                            "Seccomp: 2, Seccomp_filters: {} (default-kill allowlist)",
+                            "Seccomp: 2, Seccomp_filters: {} ({programs} default-kill allowlist \
+                             on {inherited_filters} cordon runs under)",
                             st.seccomp_filters
                         ),
                     )
@@ -853,7 +881,8 @@ fn verify(
                         "seccomp",
                         VerificationFailed,
                         format!(
-                            "Seccomp: {}, Seccomp_filters: {} (expected 2 and >= {programs})",
+                            "Seccomp: {}, Seccomp_filters: {} (expected 2 and {programs} on the \
+                             {inherited_filters} cordon runs under)",
                             st.seccomp_mode, st.seccomp_filters
                         ),
                     )
@@ -1181,17 +1210,49 @@ impl Running for LinuxRun {
                 }),
             )]);
         }
-        // The last events, before the run's end is recorded; the observer itself comes down in
-        // `cleanup`, once nothing of the run is left to observe.
-        if let Some(o) = &mut self.observer {
-            match o.drain() {
-                Ok(last) => events(
-                    last.iter()
-                        .map(|ev| event_entry(ev, &self.probe_pids))
-                        .collect(),
-                ),
-                Err(err) => steps.push(format!("observer: the last events unreadable: {err}")),
+        if verified {
+            // The last events, before the run's end is recorded; the observer itself comes
+            // down in `cleanup`: nothing of the run is left to make more.
+            if let Some(o) = &mut self.observer {
+                match o.drain() {
+                    Ok(last) => events(
+                        last.iter()
+                            .map(|ev| event_entry(ev, &self.probe_pids))
+                            .collect(),
+                    ),
+                    Err(err) => steps.push(format!("observer: the last events unreadable: {err}")),
+                }
             }
+        } else {
+            // Processes of the run may be left: their egress is cut (the pinned block outlives
+            // cordon), the observer comes down now with everything it saw, and the run stays
+            // registered for `cordon contain`. All of it before the run's end is recorded.
+            if let Some(e) = &mut self.egress {
+                match e.block_all() {
+                    Ok(()) => steps.push(
+                        "egress left attached and pinned, blocking everything: the run's \
+                         processes were not shown gone"
+                            .into(),
+                    ),
+                    Err(err) => {
+                        steps.push(format!("egress left attached; block-all failed: {err}"))
+                    }
+                }
+            }
+            if let Some(o) = self.observer.take() {
+                match o.release() {
+                    Ok(last) => {
+                        events(
+                            last.iter()
+                                .map(|ev| event_entry(ev, &self.probe_pids))
+                                .collect(),
+                        );
+                        steps.push("observer detached".into());
+                    }
+                    Err(err) => steps.push(format!("observer release failed: {err}")),
+                }
+            }
+            steps.push("the run stays registered for cordon contain".into());
         }
         self.emptied = verified;
         steps.push(format!(
@@ -1208,25 +1269,14 @@ impl Running for LinuxRun {
         let mut steps = Vec::new();
         // Egress comes down only once every process of the run is shown gone; otherwise its
         // pinned block stays in force, beyond this process.
-        if let Some(mut e) = self.egress.take() {
-            if self.emptied {
-                match e.release() {
-                    Ok(()) => steps.push("egress programs detached and unpinned".into()),
-                    Err(err) => steps.push(format!("egress release failed: {err}")),
-                }
-            } else {
-                match e.block_all() {
-                    Ok(()) => steps.push(
-                        "egress left attached and pinned, blocking everything: the run's \
-                         processes were not shown gone"
-                            .into(),
-                    ),
-                    Err(err) => {
-                        steps.push(format!("egress left attached; block-all failed: {err}"))
-                    }
-                }
-                // Dropping the handle leaves the pinned links and the block in force.
-                drop(e);
+        // (Otherwise `teardown` blocked it, and dropping the handle leaves the pinned links and
+        // the block in force.)
+        if let Some(e) = self.egress.take()
+            && self.emptied
+        {
+            match e.release() {
+                Ok(()) => steps.push("egress programs detached and unpinned".into()),
+                Err(err) => steps.push(format!("egress release failed: {err}")),
             }
         }
         if let Some(o) = self.observer.take() {
@@ -1239,15 +1289,18 @@ impl Running for LinuxRun {
                 Err(err) => steps.push(format!("observer release failed: {err}")),
             }
         }
+        if !self.emptied {
+            return steps;
+        }
         if let Some(cg) = self.cgroup.take() {
             cg.remove(&mut steps);
         }
         if let Some((dir, run_id)) = self.registered.take() {
             dir.remove(&run_id);
         }
-        if let Some(h) = self.housekeeping.take() {
-            let _ = h.join();
-        }
+        // The cleanup of earlier runs' leftovers is not waited for: nothing depends on it, and
+        // each of its steps is whole on its own.
+        drop(self.housekeeping.take());
         steps
     }
 }
@@ -1497,7 +1550,7 @@ mod tests {
             memfd_exec_refused: None,
             timings: Vec::new(),
         };
-        let mut reports = verify(pid, &plan, &ready, true, None);
+        let mut reports = verify(pid, &plan, &ready, 0, true, None);
         reports.push(verify_namespaces(pid, &plan));
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
@@ -1521,5 +1574,85 @@ mod tests {
                 "{name}: {reports:?}"
             );
         }
+    }
+
+    /// A seccomp filter the process under check inherited does not count as init's own: a
+    /// `sleep` under one allow-all filter passes the seccomp check when cordon runs under none,
+    /// and fails it when cordon itself runs under one (the filter would then be cordon's).
+    #[test]
+    fn an_inherited_seccomp_filter_does_not_stand_in_for_inits() {
+        if !rustix::process::geteuid().is_root() {
+            let msg = "SKIP an_inherited_seccomp_filter_does_not_stand_in_for_inits: needs root";
+            if std::env::var_os("CORDON_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
+                panic!("{msg}; CORDON_REQUIRE_PRIVILEGED=1 turns this skip into a failure");
+            }
+            eprintln!("{msg}");
+            return;
+        }
+        use std::os::unix::process::CommandExt;
+        let plan = cordon_runtime::RunSpec {
+            command: vec!["/bin/true".into()],
+            read: vec!["/usr".into()],
+            base_dir: std::env::temp_dir(),
+            ..cordon_runtime::RunSpec::default()
+        }
+        .validate("t")
+        .unwrap();
+        let mut command = std::process::Command::new("/bin/sleep");
+        command.arg("30");
+        let allow_all = || -> std::io::Result<()> {
+            let allow = [libc::sock_filter {
+                code: 0x06,
+                jt: 0,
+                jf: 0,
+                k: 0x7fff_0000,
+            }];
+            let prog = libc::sock_fprog {
+                len: 1,
+                filter: allow.as_ptr().cast_mut(),
+            };
+            // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only.
+            if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: the program lives on this stack frame for the call.
+            let r = unsafe {
+                libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &prog)
+            };
+            if r != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        };
+        // SAFETY: between fork and exec the child only makes two system calls on a filter
+        // program that lives on its own stack.
+        unsafe { command.pre_exec(allow_all) };
+        let mut sleeper = command.spawn().unwrap();
+        let pid = i32::try_from(sleeper.id()).unwrap();
+        let ready = Ready {
+            landlock: "full".to_owned(),
+            landlock_abi: 7,
+            seccomp_programs: 1,
+            mounts: 10,
+            groups_dropped: true,
+            memfd_exec_refused: None,
+            timings: Vec::new(),
+        };
+        let seccomp = |inherited| {
+            verify(pid, &plan, &ready, inherited, true, None)
+                .into_iter()
+                .find(|p| p.provider == "seccomp")
+                .unwrap()
+        };
+        let own = seccomp(0);
+        let inherited = seccomp(1);
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        assert_eq!(own.state, EnforcementState::Enforced, "{own:?}");
+        assert_eq!(
+            inherited.state,
+            EnforcementState::VerificationFailed,
+            "{inherited:?}"
+        );
     }
 }

@@ -311,3 +311,37 @@ fn the_exec_link_cannot_be_detached_by_another_process() {
     let v = obs.get().verify();
     assert_eq!(v.state, VerifyState::Enforced, "{}", v.detail);
 }
+
+/// A ring buffer slot handed to a new run holds nothing of the run that had it before: an
+/// observer dropped without reading its last event leaves the record in the ring, and the next
+/// observer given that slot neither reads nor counts it. (The same slot is sought a few times:
+/// other tests claim slots concurrently.)
+#[test]
+fn a_reused_slot_starts_empty() {
+    if !privileged("a_reused_slot_starts_empty") {
+        return;
+    }
+    let mut reused = 0;
+    for round in 0..5 {
+        let first = TestCgroup::new();
+        let before = Observer::attach(&format!("t-slot-a-{round}"), &first.path).unwrap();
+        let slot = before.slot();
+        exec_true(&first.path, "left-behind");
+        // Dropped unread: the exec record stays in the ring.
+        drop(before);
+        let second = TestCgroup::new();
+        let mut after = Observer::attach(&format!("t-slot-b-{round}"), &second.path).unwrap();
+        let events = after.drain().unwrap();
+        assert!(events.is_empty(), "{events:?}");
+        if after.slot() == slot {
+            reused += 1;
+            assert_eq!(
+                after.foreign(),
+                0,
+                "the earlier run's record was still there"
+            );
+        }
+        after.release().unwrap();
+    }
+    assert!(reused > 0, "no round got the same slot back");
+}
