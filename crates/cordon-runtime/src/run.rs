@@ -63,7 +63,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     // once its process may have one; the command is held at the gate until the record is
     // durable, so no command runs without evidence that it was started.
     let mut start_error: Option<String> = None;
-    let launched = std::thread::scope(|scope| {
+    let (launched, gate_passed) = std::thread::scope(|scope| {
         let recorder = &mut *evidence;
         let mut gate = Gate {
             scope,
@@ -85,21 +85,18 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         (launched, gate.passed)
     });
     crate::mark("launched");
-    let (launched, gate_passed) = launched;
     // A backend that started the command without passing the gate broke the rule that nothing
-    // runs without evidence of its start: the run is stopped and failed.
+    // runs without evidence of its start: the run is stopped and failed (with a start that
+    // could not be recorded, reported just below).
     let launched = match launched {
         Ok(mut run) if !gate_passed || start_error.is_some() => {
             let _ = run.kill(KillReason::Containment);
-            let teardown = run.teardown(&mut |_| {});
-            report.teardown = teardown;
+            report.teardown = run.teardown(&mut |_| {});
             let _ = run.cleanup();
-            Err(match &start_error {
-                Some(e) => format!("ledger: could not record the run's start: {e}"),
-                None => "the backend started the command without waiting for the record of its \
-                         start"
+            Err(
+                "the backend started the command without waiting for the record of its start"
                     .to_owned(),
-            })
+            )
         }
         other => other.map_err(|e| e.to_string()),
     };

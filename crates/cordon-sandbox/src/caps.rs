@@ -148,6 +148,11 @@ pub struct StatusCaps {
     pub seccomp_mode: u32,
     /// `Seccomp_filters`.
     pub seccomp_filters: u32,
+    /// `Threads` (0 when the line is missing: never "one thread" by default). A process cloned
+    /// from a single-threaded one may do anything its parent could; one cloned from a
+    /// multithreaded one only async-signal-safe things (another thread may hold a lock, the
+    /// allocator's among them, that stays held forever in the copy).
+    pub threads: u32,
 }
 
 impl StatusCaps {
@@ -174,6 +179,7 @@ impl StatusCaps {
                 "NoNewPrivs" => out.no_new_privs = v == "1",
                 "Seccomp" => out.seccomp_mode = v.parse().unwrap_or(0),
                 "Seccomp_filters" => out.seccomp_filters = v.parse().unwrap_or(0),
+                "Threads" => out.threads = v.parse().unwrap_or(0),
                 _ => {}
             }
         }

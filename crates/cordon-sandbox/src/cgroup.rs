@@ -360,11 +360,9 @@ impl RunCgroup {
             .collect()
     }
 
-    /// Whether `/proc/<pid>/cgroup` shows `pid` in each v1 cgroup that carries a limit; `Err`
-    /// names the controllers it is not in.
-    pub fn check_v1_membership(&self, pid: i32) -> Result<Vec<&'static str>, String> {
-        let text = crate::sys::read_text(format!("/proc/{pid}/cgroup"))
-            .map_err(|e| format!("/proc/{pid}/cgroup: {e}"))?;
+    /// Whether `text` (a process's `/proc/<pid>/cgroup`) shows it in each v1 cgroup that carries
+    /// a limit; `Err` names the controllers it is not in.
+    pub fn check_v1_membership(&self, text: &str) -> Result<Vec<&'static str>, String> {
         let mut missing = Vec::new();
         let mut joined = Vec::new();
         for (controller, dir) in &self.v1 {
@@ -387,7 +385,7 @@ impl RunCgroup {
             Ok(joined)
         } else {
             Err(format!(
-                "not in the run's v1 {} cgroup (/proc/{pid}/cgroup)",
+                "not in the run's v1 {} cgroup (/proc/<pid>/cgroup)",
                 missing.join(", ")
             ))
         }
@@ -541,25 +539,7 @@ impl RunCgroup {
 
     /// Every process in the run's cgroup and its descendants.
     pub fn procs_recursive(&self) -> Result<Vec<i32>, CgroupError> {
-        let mut out = Vec::new();
-        let mut dirs = vec![self.v2.clone()];
-        while let Some(dir) = dirs.pop() {
-            out.extend(
-                read(dir.join("cgroup.procs"))?
-                    .lines()
-                    .filter_map(|l| l.trim().parse::<i32>().ok()),
-            );
-            if let Ok(entries) = fs::read_dir(&dir) {
-                dirs.extend(
-                    entries
-                        .flatten()
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
-            }
-        }
-        out.sort_unstable();
-        Ok(out)
+        self.tree().map(|(pids, _)| pids)
     }
 
     /// What identifies this cgroup for another process (`cordon contain`).

@@ -332,12 +332,7 @@ mod tests {
     /// agrees with it.
     #[test]
     fn proc_facts_name_a_run_member() {
-        if !rustix::process::geteuid().is_root() {
-            let msg = "SKIP proc_facts_name_a_run_member: needs root";
-            if std::env::var_os("CORDON_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
-                panic!("{msg}; CORDON_REQUIRE_PRIVILEGED=1 turns this skip into a failure");
-            }
-            eprintln!("{msg}");
+        if !crate::privileged("proc_facts_name_a_run_member") {
             return;
         }
         let layout = crate::cgroup::Layout::detect().unwrap();

@@ -286,12 +286,13 @@ impl Starting {
         // between the clone and that exec the child calls only async-signal-safe functions on
         // data prepared here.
         cordon_runtime::mark("ebpf");
-        let forked = backend.privileged && sys::single_threaded();
-        // The seccomp filters this process runs under (init inherits them): the host-side check
-        // wants init's own on top of these, not merely some.
-        let inherited_filters = StatusCaps::read(std::process::id() as i32)
-            .map_err(|e| BackendError::new("seccomp", format!("/proc/self/status: {e}")))?
-            .seccomp_filters;
+        // One read of this process's status gives both its thread count and the seccomp
+        // filters it runs under (init inherits them: the host-side check wants init's own on
+        // top of these, not merely some).
+        let own = StatusCaps::read(std::process::id() as i32)
+            .map_err(|e| BackendError::new("init", format!("/proc/self/status: {e}")))?;
+        let forked = backend.privileged && own.threads == 1;
+        let inherited_filters = own.seccomp_filters;
         let (sync_r, sync_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| err("pipe")(e.into()))?;
         let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -962,7 +963,7 @@ fn verify(
                 )
             });
             if !cg.applied.is_empty() {
-                out.push(match cg.check_v1_membership(pid) {
+                out.push(match cg.check_v1_membership(&inside) {
                     Ok(joined) if joined.is_empty() => ProviderReport::new(
                         "limits",
                         Enforced,
@@ -1515,17 +1516,25 @@ fn processes_in_pid_ns(ns: u64) -> usize {
 mod tests {
     use super::*;
 
+    /// What init reports after building a full boundary (one seccomp program).
+    fn ready() -> Ready {
+        Ready {
+            landlock: "full".to_owned(),
+            landlock_abi: 7,
+            seccomp_programs: 1,
+            mounts: 10,
+            groups_dropped: true,
+            memfd_exec_refused: None,
+            timings: Vec::new(),
+        }
+    }
+
     /// The host-side check must not pass a process that is not confined: run against a plain
     /// `sleep` (the negative control of every ENFORCED it reports for a real run), each
     /// mechanism reports VERIFICATION_FAILED.
     #[test]
     fn host_side_verification_fails_an_unconfined_process() {
-        if !rustix::process::geteuid().is_root() {
-            let msg = "SKIP host_side_verification_fails_an_unconfined_process: needs root";
-            if std::env::var_os("CORDON_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
-                panic!("{msg}; CORDON_REQUIRE_PRIVILEGED=1 turns this skip into a failure");
-            }
-            eprintln!("{msg}");
+        if !crate::privileged("host_side_verification_fails_an_unconfined_process") {
             return;
         }
         let plan = cordon_runtime::RunSpec {
@@ -1542,13 +1551,8 @@ mod tests {
             .unwrap();
         let pid = i32::try_from(sleeper.id()).unwrap();
         let ready = Ready {
-            landlock: "full".to_owned(),
-            landlock_abi: 7,
             seccomp_programs: 3,
-            mounts: 10,
-            groups_dropped: true,
-            memfd_exec_refused: None,
-            timings: Vec::new(),
+            ..ready()
         };
         let mut reports = verify(pid, &plan, &ready, 0, true, None);
         reports.push(verify_namespaces(pid, &plan));
@@ -1581,12 +1585,7 @@ mod tests {
     /// and fails it when cordon itself runs under one (the filter would then be cordon's).
     #[test]
     fn an_inherited_seccomp_filter_does_not_stand_in_for_inits() {
-        if !rustix::process::geteuid().is_root() {
-            let msg = "SKIP an_inherited_seccomp_filter_does_not_stand_in_for_inits: needs root";
-            if std::env::var_os("CORDON_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
-                panic!("{msg}; CORDON_REQUIRE_PRIVILEGED=1 turns this skip into a failure");
-            }
-            eprintln!("{msg}");
+        if !crate::privileged("an_inherited_seccomp_filter_does_not_stand_in_for_inits") {
             return;
         }
         use std::os::unix::process::CommandExt;
@@ -1629,15 +1628,7 @@ mod tests {
         unsafe { command.pre_exec(allow_all) };
         let mut sleeper = command.spawn().unwrap();
         let pid = i32::try_from(sleeper.id()).unwrap();
-        let ready = Ready {
-            landlock: "full".to_owned(),
-            landlock_abi: 7,
-            seccomp_programs: 1,
-            mounts: 10,
-            groups_dropped: true,
-            memfd_exec_refused: None,
-            timings: Vec::new(),
-        };
+        let ready = ready();
         let seccomp = |inherited| {
             verify(pid, &plan, &ready, inherited, true, None)
                 .into_iter()

@@ -20,3 +20,18 @@ pub mod state;
 pub mod sys;
 
 pub use launcher::{LinuxBackend, LinuxRun, block_forwarded_signals};
+
+/// Whether a unit test that needs root can run: without root it prints why and skips, and with
+/// `CORDON_REQUIRE_PRIVILEGED=1` (set by CI) a skip is a failure.
+#[cfg(test)]
+pub(crate) fn privileged(test: &str) -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    let msg = format!("SKIP {test}: needs root");
+    if std::env::var_os("CORDON_REQUIRE_PRIVILEGED").is_some_and(|v| v == "1") {
+        panic!("{msg}; CORDON_REQUIRE_PRIVILEGED=1 turns this skip into a failure");
+    }
+    eprintln!("{msg}");
+    false
+}

@@ -284,20 +284,6 @@ pub fn read_text(path: impl AsRef<std::path::Path>) -> io::Result<String> {
     String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// Whether the calling process has exactly one thread (`/proc/self/stat`, field 20). A process
-/// cloned from a single-threaded one may do anything its parent could; one cloned from a
-/// multithreaded one only async-signal-safe things (another thread may hold a lock, the
-/// allocator's among them, that stays held forever in the copy).
-pub fn single_threaded() -> bool {
-    let Ok(stat) = read_text("/proc/self/stat") else {
-        return false;
-    };
-    // The command name is in parentheses and may hold anything: count fields after the last ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(17))
-        .is_some_and(|n| n == "1")
-}
-
 /// Writes all of `buf` to `fd`, retrying on `EINTR`. Async-signal-safe.
 pub fn write_all_raw(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {

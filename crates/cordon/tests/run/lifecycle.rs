@@ -345,17 +345,7 @@ fn a_grant_replaced_after_the_check_is_refused() {
     if !privileged("a_grant_replaced_after_the_check_is_refused") {
         return;
     }
-    use cordon_runtime::{Evidence, LedgerPosition, RunSpec, Verdict};
-    struct Memory;
-    impl Evidence for Memory {
-        fn record(&mut self, _: &str, _: serde_json::Value) -> Result<LedgerPosition, String> {
-            Ok(LedgerPosition {
-                path: "memory".into(),
-                seq: 0,
-                head: String::new(),
-            })
-        }
-    }
+    use cordon_runtime::{RunSpec, Verdict};
     let area = Area::new();
     let grant = area.path("grant");
     fs::create_dir(&grant).unwrap();
@@ -445,17 +435,7 @@ fn init_is_forked_or_executed_as_the_launcher_allows() {
     if !privileged("init_is_forked_or_executed_as_the_launcher_allows") {
         return;
     }
-    use cordon_runtime::{Evidence, LedgerPosition, RunSpec, Verdict};
-    struct Memory;
-    impl Evidence for Memory {
-        fn record(&mut self, _: &str, _: serde_json::Value) -> Result<LedgerPosition, String> {
-            Ok(LedgerPosition {
-                path: "memory".into(),
-                seq: 0,
-                head: String::new(),
-            })
-        }
-    }
+    use cordon_runtime::{RunSpec, Verdict};
     let stage = |timings: &serde_json::Value| -> String {
         timings
             .as_array()

@@ -324,3 +324,20 @@ fn own_v1(controller: &str) -> Option<PathBuf> {
 pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
+
+/// Evidence that keeps nothing, for launching runs in-process.
+pub struct Memory;
+
+impl cordon_runtime::Evidence for Memory {
+    fn record(
+        &mut self,
+        _: &str,
+        _: serde_json::Value,
+    ) -> Result<cordon_runtime::LedgerPosition, String> {
+        Ok(cordon_runtime::LedgerPosition {
+            path: "memory".into(),
+            seq: 0,
+            head: String::new(),
+        })
+    }
+}
