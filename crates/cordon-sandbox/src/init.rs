@@ -11,10 +11,10 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd};
+use std::os::fd::{AsFd, FromRawFd};
 use std::path::Path;
 
-use cordon_runtime::{NetPlan, Plan};
+use cordon_runtime::Plan;
 
 use crate::proto::{GO_BUILD, GO_EXEC, InitConfig, Message, Ready};
 use crate::{caps, landlock, mounts, seccomp, sys};
@@ -258,8 +258,8 @@ fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
     cordon_runtime::mark("init: mounts");
 
     rustix::system::sethostname(plan.hostname.as_bytes()).stage("hostname")?;
-    if plan.net == NetPlan::None {
-        loopback_up().stage("loopback")?;
+    if config.loopback {
+        crate::netns::loopback_up().stage("loopback")?;
     }
     set_rlimits().stage("rlimits")?;
     caps::drop_all().stage("capabilities")?;
@@ -336,35 +336,6 @@ fn wait_for(sync: &mut File, expected: u8) -> bool {
             Err(_) => return false,
         }
     }
-}
-
-/// `IFF_UP` as the `short` that `ifreq` carries.
-const IFF_UP: libc::c_short = 0x1;
-
-/// Brings up loopback in the run's empty network namespace (what "no network" still offers).
-fn loopback_up() -> std::io::Result<()> {
-    let sock = rustix::net::socket(
-        rustix::net::AddressFamily::INET,
-        rustix::net::SocketType::DGRAM,
-        None,
-    )?;
-    // SAFETY: `ifreq` is plain data for which zeroes are valid.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
-    }
-    // SAFETY: SIOCGIFFLAGS fills the `ifreq` passed, which outlives the call; the socket is a
-    // valid descriptor.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: after SIOCGIFFLAGS the kernel initialized the union's flags member.
-    unsafe { req.ifr_ifru.ifru_flags |= IFF_UP };
-    // SAFETY: SIOCSIFFLAGS reads the `ifreq` passed, which outlives the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Resource limits set before the command starts: no core dumps (they would write the command's

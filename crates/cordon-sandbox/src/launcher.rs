@@ -17,6 +17,7 @@ use cordon_runtime::{
 use crate::caps::StatusCaps;
 use crate::cgroup::{CgroupLimits, Layout, LayoutKind, RunCgroup};
 use crate::landlock;
+use crate::netns;
 use crate::proto::{GO_BUILD, GO_EXEC, INIT_ARGV0, InitConfig, Message, Ready};
 use crate::state::{RunState, StateDir};
 use crate::sys::{self, Cloned, clone_flags};
@@ -39,6 +40,8 @@ pub struct LinuxBackend {
     registry: Option<Registry>,
     /// The cgroup layout, read once (probe and launch both need it).
     layout: std::cell::OnceCell<Option<Layout>>,
+    /// The next run's network namespace, being made ahead (see `netns`).
+    net: Option<netns::Pending>,
 }
 
 /// Where runs are registered for `cordon contain`, and the ledger they record into.
@@ -57,7 +60,17 @@ impl LinuxBackend {
             privileged: rustix::process::geteuid().is_root(),
             registry: None,
             layout: std::cell::OnceCell::new(),
+            net: None,
         }
+    }
+
+    /// Hands over the network namespace for the next run with `NetPlan::None`, started early
+    /// with [`netns::prepare`] by a caller that knows the plan before the backend launches, so
+    /// that it is made while the caller opens its ledger and the cgroup is created. Without it
+    /// (or when it fails) the launch makes its own.
+    pub fn with_network_namespace(mut self, pending: netns::Pending) -> Self {
+        self.net = Some(pending);
+        self
     }
 
     /// Registers every run in `dir` (for `cordon contain`), naming the ledger it records into.
@@ -163,6 +176,14 @@ impl Backend for LinuxBackend {
     fn launch(&mut self, plan: &Plan, gate: &mut dyn StartGate) -> Result<LinuxRun, BackendError> {
         let t0 = Instant::now();
         cordon_runtime::mark("launch");
+        // As root the run's empty network namespace is made ahead on a thread of its own (see
+        // `netns`), from here at the latest; if that thread cannot start, the clone makes it.
+        let net = match self.net.take() {
+            Some(pending) if self.privileged && plan.net == NetPlan::None => Some(pending),
+            Some(_) => None,
+            None if self.privileged && plan.net == NetPlan::None => netns::prepare().ok(),
+            None => None,
+        };
         let cgroup = match self.layout() {
             Some(layout) => Some({
                 RunCgroup::create(
@@ -187,7 +208,7 @@ impl Backend for LinuxBackend {
             egress: None,
             egress_probe: None,
         };
-        match started.launch(self, plan, gate) {
+        match started.launch(self, plan, net, gate) {
             Ok(run) => Ok(run),
             Err(e) => {
                 started.abort();
@@ -246,17 +267,9 @@ impl Starting {
         }
     }
 
-    fn launch(
-        &mut self,
-        backend: &LinuxBackend,
-        plan: &Plan,
-        gate: &mut dyn StartGate,
-    ) -> Result<LinuxRun, BackendError> {
-        let err = |stage: &'static str| move |e: io::Error| BackendError::new(stage, e);
-        let launched_at = Instant::now();
-
-        // Observation and egress control are attached to the cgroup before anything is born in
-        // it, so there is no moment of the run they do not cover.
+    /// Attaches the host-side observer and, for `--net allow:`, the egress allowlist to the
+    /// run's cgroup (root only), and starts the egress probe.
+    fn attach_bpf(&mut self, backend: &LinuxBackend, plan: &Plan) -> Result<(), BackendError> {
         if let Some(cg) = &self.cgroup
             && backend.privileged
         {
@@ -277,7 +290,31 @@ impl Starting {
             self.observer = Some(observer);
             self.timings
                 .push(("eBPF observer and egress".to_owned(), micros(t.elapsed())));
+            cordon_runtime::mark("ebpf");
         }
+        Ok(())
+    }
+
+    fn launch(
+        &mut self,
+        backend: &LinuxBackend,
+        plan: &Plan,
+        net: Option<netns::Pending>,
+        gate: &mut dyn StartGate,
+    ) -> Result<LinuxRun, BackendError> {
+        let err = |stage: &'static str| move |e: io::Error| BackendError::new(stage, e);
+        let launched_at = Instant::now();
+        // The namespace made ahead, and the host's to come back to after the clone. Once its
+        // thread is joined this process has one thread again (see `own_status`).
+        let net = match net {
+            Some(pending) => {
+                let ns = pending.wait().map_err(|e| BackendError::new("netns", e))?;
+                cordon_runtime::mark("netns joined");
+                let home = netns::current().map_err(|e| BackendError::new("netns", e))?;
+                Some((ns, home))
+            }
+            None => None,
+        };
 
         // Init is this process cloned without an exec when that is safe: root (so that the
         // unprivileged user-namespace paths, which need init's own exec, do not apply) and a
@@ -285,11 +322,10 @@ impl Starting {
         // Otherwise (an embedder with threads) the `cordon` binary is executed as init, and
         // between the clone and that exec the child calls only async-signal-safe functions on
         // data prepared here.
-        cordon_runtime::mark("ebpf");
         // One read of this process's status gives both its thread count and the seccomp
         // filters it runs under (init inherits them: the host-side check wants init's own on
         // top of these, not merely some).
-        let own = StatusCaps::read(std::process::id() as i32)
+        let own = own_status(net.is_some())
             .map_err(|e| BackendError::new("init", format!("/proc/self/status: {e}")))?;
         let forked = backend.privileged && own.threads == 1;
         let inherited_filters = own.seccomp_filters;
@@ -309,6 +345,7 @@ impl Starting {
             status_fd: status_w.as_raw_fd(),
             unprivileged: !backend.privileged,
             user_ns_limits: user_ns_limits(),
+            loopback: plan.net == NetPlan::None && net.is_none(),
         };
         let exec = if forked {
             // Compiled here, once, so that the copy finds it ready.
@@ -324,7 +361,7 @@ impl Starting {
             | clone_flags::NEWIPC
             | clone_flags::NEWUTS
             | clone_flags::NEWCGROUP;
-        if plan.net == NetPlan::None {
+        if plan.net == NetPlan::None && net.is_none() {
             flags |= clone_flags::NEWNET;
         }
 
@@ -335,13 +372,29 @@ impl Starting {
             .push(("prepare".to_owned(), micros(launched_at.elapsed())));
         let t_clone = Instant::now();
         cordon_runtime::mark("clone");
+        // Into the run's network namespace for the clone alone: init inherits it.
+        if let Some((ns, _)) = &net {
+            ns.enter().map_err(|e| BackendError::new("netns", e))?;
+        }
 
         // SAFETY: forked, the child is a copy of this single-threaded process and never returns
         // into this frame (`init::forked` ends in `_exit`); otherwise it calls only write, fcntl,
         // execveat and _exit (async-signal-safe, no allocation) on data prepared above, which
         // the copied address space still holds.
-        let cloned = unsafe { sys::clone3(flags, self.cgroup.as_ref().map(RunCgroup::dir_fd)) }
-            .map_err(err("clone3"))?;
+        let cloned = unsafe { sys::clone3(flags, self.cgroup.as_ref().map(RunCgroup::dir_fd)) };
+        // Back in the host's namespace (the parent only: init stays), whatever the clone did.
+        if let (Ok(Cloned::Parent { .. }) | Err(_), Some((_, home))) = (&cloned, &net)
+            && let Err(e) = netns::enter(home)
+        {
+            if let Ok(Cloned::Parent { pid, pidfd }) = cloned {
+                self.init = Some((pid, pidfd));
+            }
+            return Err(BackendError::new(
+                "netns",
+                format!("returning to the host's network namespace: {e}"),
+            ));
+        }
+        let cloned = cloned.map_err(err("clone3"))?;
         let (pid, pidfd) = match cloned {
             Cloned::Child => {
                 // Limits first: into the v1 cgroups before anything else happens here.
@@ -382,6 +435,10 @@ impl Starting {
         ));
         let t_init = Instant::now();
         cordon_runtime::mark("GO sent");
+        // While init builds: observation and egress control on the cgroup. Only init (cordon's
+        // own code, which neither executes nor connects) is in it yet; both are verified before
+        // the command may start, so no moment of the command is uncovered.
+        self.attach_bpf(backend, plan)?;
         // Registered while init builds the boundary, before the command can start.
         if let (Some(reg), Some(cg)) = (&backend.registry, &self.cgroup) {
             let state = RunState {
@@ -402,7 +459,8 @@ impl Starting {
         }
 
         // While init builds: its namespaces, from the host.
-        let namespaces = verify_namespaces(pid, plan);
+        let namespaces = verify_namespaces(pid, plan, net.as_ref().map(|(ns, _)| ns.inode()));
+        drop(net);
         let ns_pid = ns_inode(pid, "pid");
         let mut status = BufReader::new(File::from(status_r));
         let mut ready =
@@ -781,10 +839,12 @@ fn ns_inode(pid: i32, ns: &str) -> Option<u64> {
         .map(|m| m.ino())
 }
 
-/// The host-side check of init's namespaces: `/proc/<pid>/ns/*` compared with cordon's own. Made
-/// while init builds the boundary (the namespaces came with the clone; a process changes its
-/// own only by `unshare`/`setns`, which init does not call and its seccomp filter then kills).
-fn verify_namespaces(pid: i32, plan: &Plan) -> ProviderReport {
+/// The host-side check of init's namespaces: `/proc/<pid>/ns/*` compared with cordon's own, and
+/// the network namespace, when cordon made it ahead (`prepared_net`), found to be exactly that
+/// one. Made while init builds the boundary (the namespaces came with the clone; a process
+/// changes its own only by `unshare`/`setns`, which init does not call and its seccomp filter
+/// then kills).
+fn verify_namespaces(pid: i32, plan: &Plan, prepared_net: Option<u64>) -> ProviderReport {
     use EnforcementState::*;
     let mut wanted: Vec<&str> = NAMESPACES.to_vec();
     if plan.net == NetPlan::None {
@@ -798,19 +858,54 @@ fn verify_namespaces(pid: i32, plan: &Plan) -> ProviderReport {
             _ => same.push(*ns),
         }
     }
-    if same.is_empty() {
-        ProviderReport::new(
-            "namespaces",
-            Enforced,
-            format!("new {} (inodes differ from cordon's)", wanted.join(", ")),
-        )
-    } else {
-        ProviderReport::new(
+    if !same.is_empty() {
+        return ProviderReport::new(
             "namespaces",
             VerificationFailed,
             format!("shared with the host: {}", same.join(", ")),
-        )
+        );
     }
+    match prepared_net {
+        Some(made) if !in_netns(pid, made) => ProviderReport::new(
+            "namespaces",
+            VerificationFailed,
+            format!("init is not in the network namespace cordon made (inode {made})"),
+        ),
+        Some(_) => ProviderReport::new(
+            "namespaces",
+            Enforced,
+            format!(
+                "new {} (inodes differ from cordon's; net made by cordon ahead of the clone, \
+                 owned by the host's user namespace)",
+                wanted.join(", ")
+            ),
+        ),
+        None => ProviderReport::new(
+            "namespaces",
+            Enforced,
+            format!("new {} (inodes differ from cordon's)", wanted.join(", ")),
+        ),
+    }
+}
+
+/// Whether process `pid` is in the network namespace whose inode is `inode`.
+fn in_netns(pid: i32, inode: u64) -> bool {
+    ns_inode(pid, "net") == Some(inode)
+}
+
+/// This process's status, for its thread count and seccomp filters. After a helper thread was
+/// joined (`joined`), the kernel may still count it for a few microseconds (a thread is
+/// released after it wakes its joiner): then the count is read again for up to a millisecond
+/// before it is believed.
+fn own_status(joined: bool) -> io::Result<StatusCaps> {
+    let me = std::process::id() as i32;
+    let mut status = StatusCaps::read(me)?;
+    let until = Instant::now() + Duration::from_millis(1);
+    while joined && status.threads > 1 && Instant::now() < until {
+        std::thread::yield_now();
+        status = StatusCaps::read(me)?;
+    }
+    Ok(status)
 }
 
 /// The host-side check of the boundary init reports built: what `/proc/<pid>/status` and
@@ -1555,7 +1650,7 @@ mod tests {
             ..ready()
         };
         let mut reports = verify(pid, &plan, &ready, 0, true, None);
-        reports.push(verify_namespaces(pid, &plan));
+        reports.push(verify_namespaces(pid, &plan, None));
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
         let state = |name: &str| {
@@ -1578,6 +1673,49 @@ mod tests {
                 "{name}: {reports:?}"
             );
         }
+    }
+
+    /// Init must be in the very network namespace cordon made ahead: a process in it passes; one
+    /// in another new (empty) namespace, and one in the host's, do not.
+    #[test]
+    fn init_must_be_in_the_network_namespace_made_for_it() {
+        use std::os::unix::process::CommandExt;
+        if !crate::privileged("init_must_be_in_the_network_namespace_made_for_it") {
+            return;
+        }
+        let made = netns::prepare().unwrap().wait().unwrap();
+        let sleep = || {
+            let mut cmd = std::process::Command::new("/bin/sleep");
+            cmd.arg("30");
+            cmd
+        };
+        let mut inside = sleep();
+        let fd = made.as_fd().try_clone_to_owned().unwrap();
+        // SAFETY: the hook runs in the forked child before exec and makes one system call
+        // (setns) on a descriptor the child inherited.
+        unsafe { inside.pre_exec(move || netns::enter(&fd)) };
+        let mut other = sleep();
+        let unshare = || {
+            // SAFETY: the network namespace alone, in a child about to exec.
+            unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }
+                .map_err(Into::into)
+        };
+        // SAFETY: as above, one system call (unshare).
+        unsafe { other.pre_exec(unshare) };
+        let mut children = [
+            inside.spawn().unwrap(),
+            other.spawn().unwrap(),
+            sleep().spawn().unwrap(),
+        ];
+        let held: Vec<bool> = children
+            .iter()
+            .map(|c| in_netns(i32::try_from(c.id()).unwrap(), made.inode()))
+            .collect();
+        for c in &mut children {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        assert_eq!(held, [true, false, false]);
     }
 
     /// A seccomp filter the process under check inherited does not count as init's own: a

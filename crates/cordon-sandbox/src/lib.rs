@@ -14,6 +14,7 @@ pub mod init;
 pub mod landlock;
 mod launcher;
 pub mod mounts;
+pub mod netns;
 pub mod proto;
 pub mod seccomp;
 pub mod state;

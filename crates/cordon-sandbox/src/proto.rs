@@ -33,6 +33,9 @@ pub struct InitConfig {
     /// `(name, value)` for `/proc/sys/user/<name>` in the run's user namespace: per-user kernel
     /// resources that count against the namespace's creator too, bounded below the creator's.
     pub user_ns_limits: Vec<(String, u64)>,
+    /// Init brings loopback up itself: its empty network namespace came with the clone. (As root
+    /// the launcher makes the namespace ahead, loopback up, and init has no say over it.)
+    pub loopback: bool,
 }
 
 /// What init reports once the boundary is in place.

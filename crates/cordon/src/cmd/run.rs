@@ -104,6 +104,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     let spec = build_spec(&args, &cwd)?;
     cordon_runtime::mark("spec built");
     let run_id = new_run_id();
+    // As root, the run's empty network namespace is made on a thread of its own from now on,
+    // while the spec is validated, the ledger opened and the cgroup created (it is the most
+    // expensive part of the clone). Nothing is in it; a refused spec just drops it.
+    let root = rustix::process::geteuid().is_root();
+    let net = (root && spec.net == cordon_runtime::NetSpec::None)
+        .then(cordon_sandbox::netns::prepare)
+        .and_then(Result::ok);
     let plan = spec.validate(&run_id)?;
     cordon_runtime::mark("validated");
 
@@ -131,7 +138,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<u8> {
     cordon_sandbox::block_forwarded_signals();
     let exe = std::env::current_exe().context("locating the cordon binary")?;
     let mut backend = LinuxBackend::new(exe);
-    if rustix::process::geteuid().is_root() {
+    if let Some(pending) = net {
+        backend = backend.with_network_namespace(pending);
+    }
+    if root {
         let dir = cordon_sandbox::state::StateDir::open(&args.state_dir)?;
         backend = backend.with_state_dir(dir, Some(ledger_dir.clone()));
     }
