@@ -788,8 +788,28 @@ fn enable_controller(base: &Path, controller: &str) -> Result<(), CgroupError> {
 /// Writes a numeric limit and checks the kernel kept it. v1 memory limits are rounded down to a
 /// page, which `page_rounded` allows for.
 fn write_read_back(path: &Path, value: u64, page_rounded: bool) -> Result<(), CgroupError> {
-    write_file(path, &value.to_string())?;
-    let got = read(path)?.trim().to_owned();
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    let wrote = value.to_string();
+    let werr = |source| CgroupError::Write {
+        path: path.to_path_buf(),
+        value: wrote.clone(),
+        source,
+    };
+    // One descriptor for both: the kernel's answer is read back from offset 0 of the file the
+    // value was written to (a new open each way cost two more system calls per limit).
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(werr)?;
+    f.write_all(wrote.as_bytes()).map_err(werr)?;
+    let mut buf = [0u8; 64];
+    let n = f.read_at(&mut buf, 0).map_err(|source| CgroupError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let got = String::from_utf8_lossy(&buf[..n]).trim().to_owned();
     let expected = if page_rounded {
         let page = rustix::param::page_size() as u64;
         value / page * page

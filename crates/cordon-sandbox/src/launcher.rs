@@ -439,6 +439,11 @@ impl Starting {
         // own code, which neither executes nor connects) is in it yet; both are verified before
         // the command may start, so no moment of the command is uncovered.
         self.attach_bpf(backend, plan)?;
+        // What the kernel shows of them is checked now too, not after init is ready: programs
+        // and filters are the host's, init cannot touch them (they are checked again when the
+        // command ends).
+        let observer_attached = self.observer.as_ref().map(Observer::verify_attached);
+        let egress_attached = self.egress.as_ref().map(Egress::verify_attached);
         // Registered while init builds the boundary, before the command can start.
         if let (Some(reg), Some(cg)) = (&backend.registry, &self.cgroup) {
             let state = RunState {
@@ -509,9 +514,8 @@ impl Starting {
             ));
         }
         let mut probe_pids = Vec::new();
-        if let Some(o) = &self.observer {
-            let v = o.verify_attached();
-            enforcement.push(bpf_report("observer", &v));
+        if let Some(v) = &observer_attached {
+            enforcement.push(bpf_report("observer", v));
         } else if !backend.privileged {
             enforcement.push(ProviderReport::new(
                 "observer",
@@ -519,8 +523,7 @@ impl Starting {
                 "not root: no host-side observation of execs and connects",
             ));
         }
-        if let Some(e) = &self.egress {
-            let attached = e.verify_attached();
+        if let (Some(e), Some(attached)) = (&self.egress, egress_attached) {
             let v = match self.egress_probe.take() {
                 Some(probe) => attached.and(probe.finish()),
                 None => attached.and(e.verify_probe()),
