@@ -467,6 +467,17 @@ impl Starting {
         let namespaces = verify_namespaces(pid, plan, net.as_ref().map(|(ns, _)| ns.inode()));
         drop(net);
         let ns_pid = ns_inode(pid, "pid");
+        // Held until the run's remains are cleaned up, so that the last reference to the
+        // sandbox's mount namespace is cordon's: taking its mounts down (an RCU grace period,
+        // the superblocks of its tmpfs, proc and devpts) is then not part of init's exit, which
+        // the run's end waits for, but done on the cleanup thread while `run.end` is made
+        // durable. Nothing can enter it through this descriptor but cordon, as root.
+        let mount_ns = rustix::fs::open(
+            format!("/proc/{pid}/ns/mnt"),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok();
         let mut status = BufReader::new(File::from(status_r));
         let mut ready =
             match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
@@ -614,6 +625,7 @@ impl Starting {
             events_over_budget: std::collections::BTreeMap::new(),
             housekeeping,
             emptied: false,
+            mount_ns,
         })
     }
 }
@@ -1198,6 +1210,8 @@ pub struct LinuxRun {
     housekeeping: Option<std::thread::JoinHandle<()>>,
     /// Teardown showed every process of the run gone.
     emptied: bool,
+    /// The sandbox's mount namespace, let go of in `cleanup`.
+    mount_ns: Option<OwnedFd>,
 }
 
 impl LinuxRun {
@@ -1366,6 +1380,8 @@ impl Running for LinuxRun {
 
     fn cleanup(mut self) -> Vec<String> {
         let mut steps = Vec::new();
+        // The sandbox's mounts come down here, off the path to the run's end (see `mount_ns`).
+        drop(self.mount_ns.take());
         // Egress comes down only once every process of the run is shown gone; otherwise its
         // pinned block stays in force, beyond this process.
         // (Otherwise `teardown` blocked it, and dropping the handle leaves the pinned links and
