@@ -467,17 +467,19 @@ impl Starting {
         let namespaces = verify_namespaces(pid, plan, net.as_ref().map(|(ns, _)| ns.inode()));
         drop(net);
         let ns_pid = ns_inode(pid, "pid");
-        // Held until the run's remains are cleaned up, so that the last reference to the
-        // sandbox's mount namespace is cordon's: taking its mounts down (an RCU grace period,
-        // the superblocks of its tmpfs, proc and devpts) is then not part of init's exit, which
-        // the run's end waits for, but done on the cleanup thread while `run.end` is made
-        // durable. Nothing can enter it through this descriptor but cordon, as root.
-        let mount_ns = rustix::fs::open(
-            format!("/proc/{pid}/ns/mnt"),
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .ok();
+        // Held until init is gone, so that the last reference to the sandbox's mount namespace
+        // is cordon's: taking its mounts down (an RCU grace period, the superblocks of its
+        // tmpfs, proc and devpts) is then not part of init's exit, which the run's end waits
+        // for, but done on a thread of its own while the run is torn down and `run.end` made
+        // durable. No process is left in it by then (the pid namespace dies with init), and
+        // nothing can enter it through this descriptor but cordon, as root.
+        let mount_ns = ns_handle(pid, "mnt");
+        // Likewise the network namespace, let go of last: the kernel dismantles a network
+        // namespace on a worker thread (unregistering loopback, RCU grace periods), which, set
+        // off by init's exit, competed with this process for the CPUs while the run ended.
+        let net_ns = (plan.net == NetPlan::None)
+            .then(|| ns_handle(pid, "net"))
+            .flatten();
         let mut status = BufReader::new(File::from(status_r));
         let mut ready =
             match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
@@ -626,6 +628,8 @@ impl Starting {
             housekeeping,
             emptied: false,
             mount_ns,
+            unmounting: None,
+            net_ns,
         })
     }
 }
@@ -845,6 +849,16 @@ fn read_message(r: &mut BufReader<File>) -> io::Result<Option<Message>> {
             .map(Some)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
     }
+}
+
+/// A descriptor holding namespace `ns` of process `pid`.
+fn ns_handle(pid: i32, ns: &str) -> Option<OwnedFd> {
+    rustix::fs::open(
+        format!("/proc/{pid}/ns/{ns}"),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()
 }
 
 fn ns_inode(pid: i32, ns: &str) -> Option<u64> {
@@ -1210,8 +1224,13 @@ pub struct LinuxRun {
     housekeeping: Option<std::thread::JoinHandle<()>>,
     /// Teardown showed every process of the run gone.
     emptied: bool,
-    /// The sandbox's mount namespace, let go of in `cleanup`.
+    /// The sandbox's mount namespace, let go of once init is gone (`let_go_of_mounts`).
     mount_ns: Option<OwnedFd>,
+    /// The thread taking the sandbox's mounts down, joined in `cleanup`.
+    unmounting: Option<std::thread::JoinHandle<()>>,
+    /// The sandbox's network namespace, let go of at the end of `cleanup` (see `net_ns` in
+    /// `Starting::launch`).
+    net_ns: Option<OwnedFd>,
 }
 
 impl LinuxRun {
@@ -1242,6 +1261,17 @@ impl LinuxRun {
             return Some(KillReason::Pids);
         }
         None
+    }
+
+    /// Init is gone: the sandbox's mounts come down on a thread of their own (see
+    /// `mount_ns`), while the run is torn down and its end recorded.
+    fn let_go_of_mounts(&mut self) {
+        if let Some(ns) = self.mount_ns.take() {
+            self.unmounting = std::thread::Builder::new()
+                .name("cordon-umount".into())
+                .spawn(move || drop(ns))
+                .ok();
+        }
     }
 
     fn reap_init(&self) {
@@ -1380,8 +1410,12 @@ impl Running for LinuxRun {
 
     fn cleanup(mut self) -> Vec<String> {
         let mut steps = Vec::new();
-        // The sandbox's mounts come down here, off the path to the run's end (see `mount_ns`).
+        // The sandbox's mounts have come down meanwhile (see `mount_ns`); if init's exit was
+        // never seen, they come down here.
         drop(self.mount_ns.take());
+        if let Some(t) = self.unmounting.take() {
+            let _ = t.join();
+        }
         // Egress comes down only once every process of the run is shown gone; otherwise its
         // pinned block stays in force, beyond this process.
         // (Otherwise `teardown` blocked it, and dropping the handle leaves the pinned links and
@@ -1416,6 +1450,8 @@ impl Running for LinuxRun {
         // The cleanup of earlier runs' leftovers is not waited for: nothing depends on it, and
         // each of its steps is whole on its own.
         drop(self.housekeeping.take());
+        // Last, the network namespace: the kernel's worker dismantles it from here on.
+        drop(self.net_ns.take());
         steps
     }
 }
@@ -1569,6 +1605,7 @@ impl LinuxRun {
             let _ = cg.wait_empty(Duration::from_secs(2));
         }
         self.reap_init();
+        self.let_go_of_mounts();
         self.drain_status();
         self.drain_events(events);
         self.reverify();
