@@ -1267,10 +1267,8 @@ impl LinuxRun {
     /// `mount_ns`), while the run is torn down and its end recorded.
     fn let_go_of_mounts(&mut self) {
         if let Some(ns) = self.mount_ns.take() {
-            self.unmounting = std::thread::Builder::new()
-                .name("cordon-umount".into())
-                .spawn(move || drop(ns))
-                .ok();
+            self.unmounting =
+                sys::spawn_elsewhere("cordon-umount", 64 * 1024, move || drop(ns)).ok();
         }
     }
 

@@ -20,6 +20,8 @@ use std::thread::JoinHandle;
 
 use rustix::thread::{LinkNameSpaceType, UnshareFlags};
 
+use crate::sys;
+
 /// A namespace being made on its thread.
 #[derive(Debug)]
 pub struct Pending(JoinHandle<io::Result<OwnedFd>>);
@@ -31,59 +33,15 @@ pub struct NetNs {
     inode: u64,
 }
 
-/// Starts making a namespace on a thread of its own.
-///
-/// The thread is placed on another CPU than the caller's when there is one: left to itself the
-/// scheduler may queue it behind the caller, which does not block until it needs the namespace,
-/// and nothing would be gained. (It may move anywhere once it runs.)
+/// Starts making a namespace on a thread of its own (on another CPU than the caller's when
+/// there is one: see [`sys::spawn_elsewhere`]).
 pub fn prepare() -> io::Result<Pending> {
-    let handle = std::thread::Builder::new()
-        .name("cordon-netns".into())
-        .stack_size(64 * 1024)
-        .spawn(make)?;
-    elsewhere(&handle);
-    Ok(Pending(handle))
-}
-
-/// Restricts a just-started thread to the CPUs the caller may use other than the one it is on
-/// (nothing, when that leaves none). Only where the thread starts matters: `make` lifts it.
-fn elsewhere<T>(handle: &JoinHandle<T>) {
-    use std::os::unix::thread::JoinHandleExt;
-    let Ok(allowed) = rustix::thread::sched_getaffinity(None) else {
-        return;
-    };
-    let here = rustix::thread::sched_getcpu();
-    let others: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
-        .filter(|&c| c != here && allowed.is_set(c))
-        .collect();
-    if others.is_empty() {
-        return;
-    }
-    // SAFETY: cpu_set_t is plain data for which zeroes are valid (the empty set).
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for c in others {
-        // SAFETY: `c` is below the set's capacity (rustix's MAX_CPU is CPU_SETSIZE).
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    // SAFETY: the handle's pthread_t names a live (not yet joined) thread; `set` is a valid
-    // cpu_set_t of the size passed.
-    unsafe {
-        libc::pthread_setaffinity_np(
-            handle.as_pthread_t(),
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &set,
-        )
-    };
+    sys::spawn_elsewhere("cordon-netns", 64 * 1024, make).map(Pending)
 }
 
 /// On the thread: a network namespace of its own (a thread may unshare this one alone), loopback
 /// up, and a descriptor that keeps the namespace alive once the thread is gone.
 fn make() -> io::Result<OwnedFd> {
-    // Wherever `prepare` placed it, this thread may run on any of the process's CPUs.
-    let main = rustix::process::getpid();
-    if let Ok(all) = rustix::thread::sched_getaffinity(Some(main)) {
-        let _ = rustix::thread::sched_setaffinity(None, &all);
-    }
     // SAFETY: only the network namespace is unshared; the descriptor table stays shared, so no
     // thread can be left with descriptors it cannot use (the concern `unshare_unsafe` names).
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }?;

@@ -396,3 +396,61 @@ pub fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
     }
     set
 }
+
+/// Spawns a thread on another CPU than the caller's when the process may use one, for work that
+/// should overlap the caller's. Left to itself the scheduler may queue a new thread behind its
+/// creator, which then gains nothing until it blocks. Only where the thread starts is chosen:
+/// once it runs, it may move to any CPU the process may use.
+pub fn spawn_elsewhere<F, T>(
+    name: &str,
+    stack_size: usize,
+    f: F,
+) -> io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let allowed = rustix::thread::sched_getaffinity(None).ok();
+    let all = allowed.clone();
+    let handle = std::thread::Builder::new()
+        .name(name.to_owned())
+        .stack_size(stack_size)
+        .spawn(move || {
+            if let Some(all) = &all {
+                let _ = rustix::thread::sched_setaffinity(None, all);
+            }
+            f()
+        })?;
+    if let Some(allowed) = &allowed {
+        pin_elsewhere(&handle, allowed);
+    }
+    Ok(handle)
+}
+
+/// Restricts a just-started thread to the CPUs in `allowed` other than the caller's (nothing,
+/// when that leaves none).
+fn pin_elsewhere<T>(handle: &std::thread::JoinHandle<T>, allowed: &rustix::thread::CpuSet) {
+    use std::os::unix::thread::JoinHandleExt;
+    let here = rustix::thread::sched_getcpu();
+    let others: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|&c| c != here && allowed.is_set(c))
+        .collect();
+    if others.is_empty() {
+        return;
+    }
+    // SAFETY: cpu_set_t is plain data for which zeroes are valid (the empty set).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in others {
+        // SAFETY: `c` is below the set's capacity (rustix's MAX_CPU is CPU_SETSIZE).
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: the handle's pthread_t names a live (not yet joined) thread; `set` is a valid
+    // cpu_set_t of the size passed.
+    unsafe {
+        libc::pthread_setaffinity_np(
+            handle.as_pthread_t(),
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        )
+    };
+}
