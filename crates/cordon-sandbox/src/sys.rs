@@ -411,7 +411,7 @@ where
     T: Send + 'static,
 {
     let allowed = rustix::thread::sched_getaffinity(None).ok();
-    let all = allowed.clone();
+    let all = allowed;
     let handle = std::thread::Builder::new()
         .name(name.to_owned())
         .stack_size(stack_size)
