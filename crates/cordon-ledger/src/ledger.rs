@@ -743,7 +743,10 @@ fn rfind_newline(file: &File, end: u64, limit: u64) -> io::Result<Option<u64>> {
         let lo = hi.saturating_sub(buf.len() as u64).max(floor);
         let chunk = &mut buf[..usize::try_from(hi - lo).unwrap_or(0)];
         file.read_exact_at(chunk, lo)?;
-        if let Some(i) = memchr::memrchr(b'\n', chunk) {
+        // A plain scan, not memchr's: the newline is almost always the last byte, and memchr's
+        // first call detects the CPU's features (a dozen CPUID instructions, each a trap to the
+        // hypervisor in a VM: ~0.1 ms of every `cordon run` here).
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
             return Ok(Some(lo + i as u64));
         }
         hi = lo;
