@@ -288,11 +288,14 @@ fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
         memfd_exec_refused,
         timings: clock.laps,
     }));
+    // What starting the command needs is made ready while the launcher checks the boundary;
+    // a failure is reported once the launcher says go, as before.
+    let start = prepare_start(plan);
     if !wait_for(&mut sync, GO_EXEC) {
         return Ok(0);
     }
     drop(sync);
-    start_and_reap(plan, status)
+    start_and_reap(start?, status)
 }
 
 fn set_not_dumpable() -> std::io::Result<()> {
@@ -375,7 +378,17 @@ const FORWARDED: [libc::c_int; 8] = [
 ];
 
 /// Forks the command, reports how its exec went, then reaps until it ends.
-fn start_and_reap(plan: &Plan, status: &mut Status) -> Result<i32, Failure> {
+/// The command's start, made ready before the launcher's go.
+struct Start {
+    argv: sys::CStringArray,
+    envp: sys::CStringArray,
+    candidates: Vec<CString>,
+    /// The signals init waits for (the forwarded ones and `SIGCHLD`), blocked.
+    blocked: libc::sigset_t,
+    command: String,
+}
+
+fn prepare_start(plan: &Plan) -> Result<Start, Failure> {
     let argv =
         sys::CStringArray::new(plan.argv.iter().map(|s| s.as_bytes().to_vec())).stage("exec")?;
     let envp =
@@ -396,6 +409,23 @@ fn start_and_reap(plan: &Plan, status: &mut Status) -> Result<i32, Failure> {
     // may ignore others.
     sys::cloexec_from(3).stage("exec")?;
     sys::default_signal_dispositions();
+    Ok(Start {
+        argv,
+        envp,
+        candidates,
+        blocked,
+        command: plan.argv[0].clone(),
+    })
+}
+
+fn start_and_reap(start: Start, status: &mut Status) -> Result<i32, Failure> {
+    let Start {
+        argv,
+        envp,
+        candidates,
+        blocked,
+        command,
+    } = start;
     let started = match spawn(&candidates, &argv, &envp) {
         Ok(pid) => {
             cordon_runtime::mark("init: spawned");
@@ -403,10 +433,7 @@ fn start_and_reap(plan: &Plan, status: &mut Status) -> Result<i32, Failure> {
             pid
         }
         Err(errno) => {
-            status.send(&Message::ExecFailed {
-                errno,
-                command: plan.argv[0].clone(),
-            });
+            status.send(&Message::ExecFailed { errno, command });
             return Ok(0);
         }
     };
