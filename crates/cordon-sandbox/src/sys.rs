@@ -399,8 +399,10 @@ pub fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
 
 /// Spawns a thread on another CPU than the caller's when the process may use one, for work that
 /// should overlap the caller's. Left to itself the scheduler may queue a new thread behind its
-/// creator, which then gains nothing until it blocks. Only where the thread starts is chosen:
-/// once it runs, it may move to any CPU the process may use.
+/// creator, which then gains nothing until it blocks, or run it first on the creator's CPU,
+/// which then waits for it (both seen here, the second costing up to a millisecond). So the
+/// creator restricts the new thread to the other CPUs, and the thread, if it runs first anyway,
+/// moves itself there at once. Once it has moved it may use any CPU the process may.
 pub fn spawn_elsewhere<F, T>(
     name: &str,
     stack_size: usize,
@@ -410,37 +412,39 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let allowed = rustix::thread::sched_getaffinity(None).ok();
-    let all = allowed;
+    use rustix::thread::{CpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};
+    let allowed = sched_getaffinity(None).ok();
+    let here = sched_getcpu();
+    let elsewhere = allowed.and_then(|all| {
+        let mut others = CpuSet::new();
+        for c in (0..CpuSet::MAX_CPU).filter(|&c| c != here && all.is_set(c)) {
+            others.set(c);
+        }
+        (others.count() > 0).then_some(others)
+    });
     let handle = std::thread::Builder::new()
         .name(name.to_owned())
         .stack_size(stack_size)
         .spawn(move || {
-            if let Some(all) = &all {
-                let _ = rustix::thread::sched_setaffinity(None, all);
+            if let (Some(others), Some(all)) = (&elsewhere, &allowed) {
+                // Off the creator's CPU (a no-op when already elsewhere), then free to move.
+                let _ = sched_setaffinity(None, others);
+                let _ = sched_setaffinity(None, all);
             }
             f()
         })?;
-    if let Some(allowed) = &allowed {
-        pin_elsewhere(&handle, allowed);
+    if let Some(others) = &elsewhere {
+        pin(&handle, others);
     }
     Ok(handle)
 }
 
-/// Restricts a just-started thread to the CPUs in `allowed` other than the caller's (nothing,
-/// when that leaves none).
-fn pin_elsewhere<T>(handle: &std::thread::JoinHandle<T>, allowed: &rustix::thread::CpuSet) {
+/// Restricts a thread that may not have run yet to the CPUs in `cpus`.
+fn pin<T>(handle: &std::thread::JoinHandle<T>, cpus: &rustix::thread::CpuSet) {
     use std::os::unix::thread::JoinHandleExt;
-    let here = rustix::thread::sched_getcpu();
-    let others: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
-        .filter(|&c| c != here && allowed.is_set(c))
-        .collect();
-    if others.is_empty() {
-        return;
-    }
     // SAFETY: cpu_set_t is plain data for which zeroes are valid (the empty set).
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for c in others {
+    for c in (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| cpus.is_set(c)) {
         // SAFETY: `c` is below the set's capacity (rustix's MAX_CPU is CPU_SETSIZE).
         unsafe { libc::CPU_SET(c, &mut set) };
     }
