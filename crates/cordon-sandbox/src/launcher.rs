@@ -630,6 +630,7 @@ impl Starting {
             mount_ns,
             unmounting: None,
             net_ns,
+            teardown_cpu: None,
         })
     }
 }
@@ -1231,6 +1232,8 @@ pub struct LinuxRun {
     /// The sandbox's network namespace, let go of at the end of `cleanup` (see `net_ns` in
     /// `Starting::launch`).
     net_ns: Option<OwnedFd>,
+    /// The CPU teardown ran on (the one that records the run's end next), for `cleanup`.
+    teardown_cpu: Option<usize>,
 }
 
 impl LinuxRun {
@@ -1309,6 +1312,7 @@ impl Running for LinuxRun {
     }
 
     fn teardown(&mut self, events: EventSink<'_>) -> Teardown {
+        self.teardown_cpu = Some(rustix::thread::sched_getcpu());
         let mut steps = Vec::new();
         cordon_runtime::mark("teardown start");
         let verified = match &self.cgroup {
@@ -1407,6 +1411,11 @@ impl Running for LinuxRun {
     }
 
     fn cleanup(mut self) -> Vec<String> {
+        // The runtime runs this on a thread of its own beside recording the run's end: off the
+        // CPU that does the recording, if it started there.
+        if let Some(cpu) = self.teardown_cpu {
+            sys::move_off_cpu(cpu);
+        }
         let mut steps = Vec::new();
         // The sandbox's mounts have come down meanwhile (see `mount_ns`); if init's exit was
         // never seen, they come down here.

@@ -412,7 +412,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    use rustix::thread::{CpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};
+    use rustix::thread::{CpuSet, sched_getaffinity, sched_getcpu};
     let allowed = sched_getaffinity(None).ok();
     let here = sched_getcpu();
     let elsewhere = allowed.and_then(|all| {
@@ -427,9 +427,7 @@ where
         .stack_size(stack_size)
         .spawn(move || {
             if let (Some(others), Some(all)) = (&elsewhere, &allowed) {
-                // Off the creator's CPU (a no-op when already elsewhere), then free to move.
-                let _ = sched_setaffinity(None, others);
-                let _ = sched_setaffinity(None, all);
+                leave(others, all);
             }
             f()
         })?;
@@ -437,6 +435,33 @@ where
         pin(&handle, others);
     }
     Ok(handle)
+}
+
+/// Moves the calling thread to one of `others` (a no-op when it already runs on one), then lets
+/// it use any of `all` again: the scheduler does not move a running thread back at once.
+fn leave(others: &rustix::thread::CpuSet, all: &rustix::thread::CpuSet) {
+    let _ = rustix::thread::sched_setaffinity(None, others);
+    let _ = rustix::thread::sched_setaffinity(None, all);
+}
+
+/// For a thread started by a caller that knows nothing of CPUs (a scoped thread of the runtime):
+/// moves it off CPU `creator` if it runs there and another CPU is allowed, so that it overlaps
+/// its creator's work rather than delaying it.
+pub fn move_off_cpu(creator: usize) {
+    use rustix::thread::{CpuSet, sched_getaffinity, sched_getcpu};
+    if sched_getcpu() != creator {
+        return;
+    }
+    let Ok(all) = sched_getaffinity(None) else {
+        return;
+    };
+    let mut others = CpuSet::new();
+    for c in (0..CpuSet::MAX_CPU).filter(|&c| c != creator && all.is_set(c)) {
+        others.set(c);
+    }
+    if others.count() > 0 {
+        leave(&others, &all);
+    }
 }
 
 /// Restricts a thread that may not have run yet to the CPUs in `cpus`.
