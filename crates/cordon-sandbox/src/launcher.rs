@@ -306,15 +306,12 @@ impl Starting {
         let launched_at = Instant::now();
         // The namespace made ahead, and the host's to come back to after the clone. Once its
         // thread is joined this process has one thread again (see `own_status`).
-        let net = match net {
-            Some(pending) => {
-                let ns = pending.wait().map_err(|e| BackendError::new("netns", e))?;
-                cordon_runtime::mark("netns joined");
-                let home = netns::current().map_err(|e| BackendError::new("netns", e))?;
-                Some((ns, home))
-            }
-            None => None,
-        };
+        // If it could not be made (a /proc without `thread-self`, say), the clone makes the
+        // namespace as it would without one, init brings loopback up, and the report says which.
+        let net = net
+            .and_then(|pending| pending.wait().ok())
+            .and_then(|ns| netns::current().ok().map(|home| (ns, home)));
+        cordon_runtime::mark("netns joined");
 
         // Init is this process cloned without an exec when that is safe: root (so that the
         // unprivileged user-namespace paths, which need init's own exec, do not apply) and a
