@@ -180,7 +180,12 @@ impl Backend for LinuxBackend {
         // `netns`), from here at the latest; if that thread cannot start, the clone makes it.
         let net = match self.net.take() {
             Some(pending) if self.privileged && plan.net == NetPlan::None => Some(pending),
-            Some(_) => None,
+            // Not wanted after all: its thread is joined, so that init can still be forked
+            // from a single thread.
+            Some(unwanted) => {
+                drop(unwanted.wait());
+                None
+            }
             None if self.privileged && plan.net == NetPlan::None => netns::prepare().ok(),
             None => None,
         };

@@ -3,7 +3,9 @@
 //! A network namespace is the most expensive thing `clone3` creates (registering loopback and
 //! the per-namespace sysctls: ~0.4 ms of a ~0.7 ms clone on the machine cordon is measured on).
 //! As root, cordon makes it on a thread of its own, which unshares its network namespace, brings
-//! loopback up and hands the namespace back, while the launcher creates the run's cgroup. The
+//! loopback up and hands the namespace back, while the CLI validates the spec and opens the
+//! ledger and the launcher creates the run's cgroup (`cordon run` starts the thread as soon as
+//! it knows the run gets no network; the launcher does, at the latest, when it starts). The
 //! launcher then enters it for the one `clone3` that makes init (which inherits it, instead of
 //! creating one) and returns to the host's namespace at once.
 //!
@@ -15,7 +17,6 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::thread::JoinHandle;
 
 use rustix::thread::{LinkNameSpaceType, UnshareFlags};
@@ -56,7 +57,7 @@ impl Pending {
             .0
             .join()
             .map_err(|_| io::Error::other("the network namespace thread panicked"))??;
-        let inode = std::fs::File::from(fd.try_clone()?).metadata()?.ino();
+        let inode = rustix::fs::fstat(&fd)?.st_ino;
         Ok(NetNs { fd, inode })
     }
 }
@@ -150,6 +151,7 @@ mod tests {
     use super::*;
 
     fn ns_inode() -> u64 {
+        use std::os::unix::fs::MetadataExt;
         std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino()
     }
 
