@@ -29,7 +29,12 @@ pub fn mark(label: &str) {
     {
         static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
         let t0 = *T0.get_or_init(std::time::Instant::now);
-        eprintln!("TIMELINE {:8.3} {label}", t0.elapsed().as_secs_f64() * 1e3);
+        // One write per point: init and the launcher print to the same stream at once.
+        let line = format!(
+            "TIMELINE {:8.3} {label}\n",
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }
     #[cfg(not(feature = "timeline"))]
     let _ = label;
