@@ -178,15 +178,16 @@ impl Backend for LinuxBackend {
         cordon_runtime::mark("launch");
         // As root the run's empty network namespace is made ahead on a thread of its own (see
         // `netns`), from here at the latest; if that thread cannot start, the clone makes it.
+        let wanted = self.privileged && plan.net == NetPlan::None;
         let net = match self.net.take() {
-            Some(pending) if self.privileged && plan.net == NetPlan::None => Some(pending),
+            Some(pending) if wanted => Some(pending),
             // Not wanted after all: its thread is joined, so that init can still be forked
             // from a single thread.
             Some(unwanted) => {
                 drop(unwanted.wait());
                 None
             }
-            None if self.privileged && plan.net == NetPlan::None => netns::prepare().ok(),
+            None if wanted => netns::prepare().ok(),
             None => None,
         };
         let cgroup = match self.layout() {
@@ -1676,6 +1677,18 @@ fn processes_in_pid_ns(ns: u64) -> usize {
 mod tests {
     use super::*;
 
+    /// A validated plan for `/bin/true` with `/usr` readable.
+    fn plan() -> Plan {
+        cordon_runtime::RunSpec {
+            command: vec!["/bin/true".into()],
+            read: vec!["/usr".into()],
+            base_dir: std::env::temp_dir(),
+            ..cordon_runtime::RunSpec::default()
+        }
+        .validate("t")
+        .unwrap()
+    }
+
     /// What init reports after building a full boundary (one seccomp program).
     fn ready() -> Ready {
         Ready {
@@ -1697,14 +1710,7 @@ mod tests {
         if !crate::privileged("host_side_verification_fails_an_unconfined_process") {
             return;
         }
-        let plan = cordon_runtime::RunSpec {
-            command: vec!["/bin/true".into()],
-            read: vec!["/usr".into()],
-            base_dir: std::env::temp_dir(),
-            ..cordon_runtime::RunSpec::default()
-        }
-        .validate("t")
-        .unwrap();
+        let plan = plan();
         let mut sleeper = std::process::Command::new("/bin/sleep")
             .arg("30")
             .spawn()
@@ -1792,14 +1798,7 @@ mod tests {
             return;
         }
         use std::os::unix::process::CommandExt;
-        let plan = cordon_runtime::RunSpec {
-            command: vec!["/bin/true".into()],
-            read: vec!["/usr".into()],
-            base_dir: std::env::temp_dir(),
-            ..cordon_runtime::RunSpec::default()
-        }
-        .validate("t")
-        .unwrap();
+        let plan = plan();
         let mut command = std::process::Command::new("/bin/sleep");
         command.arg("30");
         let allow_all = || -> std::io::Result<()> {

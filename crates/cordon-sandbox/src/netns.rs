@@ -98,9 +98,9 @@ pub fn enter(fd: impl AsFd) -> io::Result<()> {
 /// `IFF_UP` as the `short` that `ifreq` carries.
 const IFF_UP: libc::c_short = 0x1;
 
-/// Brings up loopback in the calling thread's (empty) network namespace: what "no network"
-/// still offers.
-pub(crate) fn loopback_up() -> io::Result<()> {
+/// Loopback's interface request in the calling thread's network namespace, with its flags read,
+/// and the socket it was asked through.
+fn loopback_flags() -> io::Result<(OwnedFd, libc::ifreq)> {
     let sock = rustix::net::socket(
         rustix::net::AddressFamily::INET,
         rustix::net::SocketType::DGRAM,
@@ -116,6 +116,13 @@ pub(crate) fn loopback_up() -> io::Result<()> {
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok((sock, req))
+}
+
+/// Brings up loopback in the calling thread's (empty) network namespace: what "no network"
+/// still offers.
+pub(crate) fn loopback_up() -> io::Result<()> {
+    let (sock, mut req) = loopback_flags()?;
     // SAFETY: after SIOCGIFFLAGS the kernel initialized the union's flags member.
     unsafe { req.ifr_ifru.ifru_flags |= IFF_UP };
     // SAFETY: SIOCSIFFLAGS reads the `ifreq` passed, which outlives the call.
@@ -128,20 +135,7 @@ pub(crate) fn loopback_up() -> io::Result<()> {
 /// Whether loopback is up in the calling thread's network namespace.
 #[cfg(test)]
 fn loopback_is_up() -> io::Result<bool> {
-    let sock = rustix::net::socket(
-        rustix::net::AddressFamily::INET,
-        rustix::net::SocketType::DGRAM,
-        None,
-    )?;
-    // SAFETY: `ifreq` is plain data for which zeroes are valid.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
-    }
-    // SAFETY: SIOCGIFFLAGS fills the `ifreq` passed, which outlives the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let (_, req) = loopback_flags()?;
     // SAFETY: after SIOCGIFFLAGS the kernel initialized the union's flags member.
     Ok(unsafe { req.ifr_ifru.ifru_flags } & IFF_UP != 0)
 }

@@ -412,16 +412,9 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    use rustix::thread::{CpuSet, sched_getaffinity, sched_getcpu};
-    let allowed = sched_getaffinity(None).ok();
-    let here = sched_getcpu();
-    let elsewhere = allowed.and_then(|all| {
-        let mut others = CpuSet::new();
-        for c in (0..CpuSet::MAX_CPU).filter(|&c| c != here && all.is_set(c)) {
-            others.set(c);
-        }
-        (others.count() > 0).then_some(others)
-    });
+    let allowed = rustix::thread::sched_getaffinity(None).ok();
+    let here = rustix::thread::sched_getcpu();
+    let elsewhere = allowed.and_then(|all| others_than(here, &all));
     let handle = std::thread::Builder::new()
         .name(name.to_owned())
         .stack_size(stack_size)
@@ -448,20 +441,24 @@ fn leave(others: &rustix::thread::CpuSet, all: &rustix::thread::CpuSet) {
 /// moves it off CPU `creator` if it runs there and another CPU is allowed, so that it overlaps
 /// its creator's work rather than delaying it.
 pub fn move_off_cpu(creator: usize) {
-    use rustix::thread::{CpuSet, sched_getaffinity, sched_getcpu};
-    if sched_getcpu() != creator {
+    if rustix::thread::sched_getcpu() != creator {
         return;
     }
-    let Ok(all) = sched_getaffinity(None) else {
-        return;
-    };
-    let mut others = CpuSet::new();
-    for c in (0..CpuSet::MAX_CPU).filter(|&c| c != creator && all.is_set(c)) {
-        others.set(c);
-    }
-    if others.count() > 0 {
+    if let Ok(all) = rustix::thread::sched_getaffinity(None)
+        && let Some(others) = others_than(creator, &all)
+    {
         leave(&others, &all);
     }
+}
+
+/// The CPUs of `all` other than `cpu`, if there are any.
+fn others_than(cpu: usize, all: &rustix::thread::CpuSet) -> Option<rustix::thread::CpuSet> {
+    use rustix::thread::CpuSet;
+    let mut others = CpuSet::new();
+    for c in (0..CpuSet::MAX_CPU).filter(|&c| c != cpu && all.is_set(c)) {
+        others.set(c);
+    }
+    (others.count() > 0).then_some(others)
 }
 
 /// Restricts a thread that may not have run yet to the CPUs in `cpus`.
