@@ -141,12 +141,15 @@ pub trait Running: Send {
     fn teardown(&mut self, events: EventSink<'_>) -> Teardown;
 
     /// Removes what is left of the boundary once [`Running::teardown`] has shown every process
-    /// gone (empty cgroup directories, registrations): housekeeping, which the runtime does while
-    /// it records the run's end. Returns what was done, for the report.
-    fn cleanup(self) -> Vec<String>
+    /// gone (empty cgroup directories, registrations), and meanwhile calls `record_end`, which
+    /// records the run's end, once, on the calling thread. Cleanup is housekeeping: the backend
+    /// overlaps it with the record as suits its machine (the default records, then returns).
+    /// Returns what was done, for the report.
+    fn cleanup(self, record_end: &mut dyn FnMut()) -> Vec<String>
     where
         Self: Sized,
     {
+        record_end();
         Vec::new()
     }
 }

@@ -92,7 +92,7 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         Ok(mut run) if !gate_passed || start_error.is_some() => {
             let _ = run.kill(KillReason::Containment);
             report.teardown = run.teardown(&mut |_| {});
-            let _ = run.cleanup();
+            let _ = run.cleanup(&mut || {});
             Err(
                 "the backend started the command without waiting for the record of its start"
                     .to_owned(),
@@ -222,13 +222,28 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
     }
 
     // The run's end is recorded while what is left of the boundary (empty directories,
-    // registrations) is removed on another thread; what that did joins the report.
-    let cleaned = std::thread::scope(|scope| {
-        let cleanup = scope.spawn(move || run.cleanup());
-        finish_with(&mut report, evidence, tail, "run.end", started);
-        crate::mark("run.end recorded");
-        cleanup.join()
-    });
+    // registrations) is removed, as the backend arranges; what the cleanup did joins the
+    // report. A cleanup that panics still leaves the run's end recorded.
+    let mut tail = Some(tail);
+    let mut recorded = false;
+    let cleaned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run.cleanup(&mut || {
+            if let Some(tail) = tail.take() {
+                finish_with(&mut report, evidence, tail, "run.end", started);
+                recorded = true;
+                crate::mark("run.end recorded");
+            }
+        })
+    }));
+    if !recorded {
+        finish_with(
+            &mut report,
+            evidence,
+            tail.take().unwrap_or_default(),
+            "run.end",
+            started,
+        );
+    }
     match cleaned {
         Ok(steps) => report.teardown.steps.extend(steps),
         Err(_) => report
@@ -360,11 +375,24 @@ mod tests {
         fail_launch: bool,
         /// Start without passing the gate (a broken backend).
         skip_gate: bool,
+        cleanup: Cleanup,
+    }
+
+    /// What the scripted cleanup does with the run's end.
+    #[derive(Clone, Copy)]
+    enum Cleanup {
+        /// The trait's default: record, nothing to clean.
+        Default,
+        /// Records it twice (a broken backend).
+        RecordTwice,
+        /// Panics before recording it.
+        Panic,
     }
 
     struct ScriptedRun {
         outcome: Result<Outcome, String>,
         verified_empty: bool,
+        cleanup: Cleanup,
     }
 
     impl Backend for Scripted {
@@ -390,6 +418,7 @@ mod tests {
             Ok(ScriptedRun {
                 outcome: self.outcome.clone(),
                 verified_empty: self.verified_empty,
+                cleanup: self.cleanup,
             })
         }
     }
@@ -420,6 +449,20 @@ mod tests {
                 steps: vec![],
             }
         }
+        fn cleanup(self, record_end: &mut dyn FnMut()) -> Vec<String> {
+            match self.cleanup {
+                Cleanup::Default => {
+                    record_end();
+                    Vec::new()
+                }
+                Cleanup::RecordTwice => {
+                    record_end();
+                    record_end();
+                    vec!["cleaned".to_owned()]
+                }
+                Cleanup::Panic => panic!("cleanup failed"),
+            }
+        }
     }
 
     fn plan() -> Plan {
@@ -441,6 +484,7 @@ mod tests {
             launched: false,
             fail_launch: false,
             skip_gate: false,
+            cleanup: Cleanup::Default,
         }
     }
 
@@ -460,6 +504,25 @@ mod tests {
         let kinds: Vec<&str> = ev.entries.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(kinds, ["run.start", "host.exec", "run.end"]);
         assert_eq!(r.ledger.unwrap().seq, 2);
+    }
+
+    #[test]
+    fn the_runs_end_is_recorded_once_whatever_the_cleanup_does() {
+        for (cleanup, step) in [
+            (Cleanup::RecordTwice, "cleaned"),
+            (Cleanup::Panic, "cleanup after the run's end panicked"),
+        ] {
+            let mut b = backend(exited(0));
+            b.cleanup = cleanup;
+            let mut ev = Recorder::default();
+            let r = execute(&plan(), &mut b, &mut ev);
+            let kinds: Vec<&str> = ev.entries.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(kinds, ["run.start", "host.exec", "run.end"]);
+            assert_eq!(r.ledger.unwrap().seq, 2);
+            assert_eq!(r.teardown.steps, [step]);
+            // Cleanup is housekeeping: the verdict is the run's.
+            assert_eq!(r.verdict, Verdict::Allowed);
+        }
     }
 
     #[test]

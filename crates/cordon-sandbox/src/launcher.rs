@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use cordon_bpf::{Allow, Egress, Event, Observer, Verification, VerifyState};
@@ -633,7 +634,6 @@ impl Starting {
             mount_ns,
             unmounting: None,
             net_ns,
-            teardown_cpu: None,
         })
     }
 }
@@ -1235,8 +1235,6 @@ pub struct LinuxRun {
     /// The sandbox's network namespace, let go of at the end of `cleanup` (see `net_ns` in
     /// `Starting::launch`).
     net_ns: Option<OwnedFd>,
-    /// The CPU teardown ran on (the one that records the run's end next), for `cleanup`.
-    teardown_cpu: Option<usize>,
 }
 
 impl LinuxRun {
@@ -1278,6 +1276,16 @@ impl LinuxRun {
         }
     }
 
+    /// Waits until the sandbox's mounts are down: they came down meanwhile, on the thread
+    /// `let_go_of_mounts` started (its wait for the kernel overlaps the rest of the cleanup);
+    /// if init's exit was never seen, they come down here.
+    fn unmounted(&mut self) {
+        drop(self.mount_ns.take());
+        if let Some(t) = self.unmounting.take() {
+            let _ = t.join();
+        }
+    }
+
     fn reap_init(&self) {
         let _ = rustix::process::waitid(
             rustix::process::WaitId::PidFd(self.pidfd.as_fd()),
@@ -1315,7 +1323,6 @@ impl Running for LinuxRun {
     }
 
     fn teardown(&mut self, events: EventSink<'_>) -> Teardown {
-        self.teardown_cpu = Some(rustix::thread::sched_getcpu());
         let mut steps = Vec::new();
         cordon_runtime::mark("teardown start");
         let verified = match &self.cgroup {
@@ -1413,19 +1420,33 @@ impl Running for LinuxRun {
         }
     }
 
-    fn cleanup(mut self) -> Vec<String> {
-        // The runtime runs this on a thread of its own beside recording the run's end: off the
-        // CPU that does the recording, if it started there.
-        if let Some(cpu) = self.teardown_cpu {
-            sys::move_off_cpu(cpu);
+    /// Recording the run's end is mostly a wait for the disk (its fdatasync); the cleanup is a
+    /// few hundred microseconds of system calls, done meanwhile on a thread that starts on this
+    /// CPU (see `sys::spawn_here`): it has the CPU to itself while the record waits.
+    fn cleanup(self, record_end: &mut dyn FnMut()) -> Vec<String> {
+        let slot = Arc::new(Mutex::new(Some(self)));
+        let theirs = Arc::clone(&slot);
+        let spawned = sys::spawn_here("cordon-cleanup", 256 * 1024, move || {
+            let run = theirs.lock().unwrap_or_else(PoisonError::into_inner).take();
+            run.map(LinuxRun::clean_up)
+        });
+        record_end();
+        let done = spawned.ok().and_then(|h| h.join().ok()).flatten();
+        // Without the thread (it could not be started), the cleanup is done here.
+        let left = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+        match (done, left) {
+            (Some(steps), _) => steps,
+            (None, Some(run)) => run.clean_up(),
+            (None, None) => vec!["cleanup panicked".to_owned()],
         }
+    }
+}
+
+impl LinuxRun {
+    /// What `cleanup` does beside the record of the run's end.
+    fn clean_up(mut self) -> Vec<String> {
+        cordon_runtime::mark("cleanup: started");
         let mut steps = Vec::new();
-        // The sandbox's mounts have come down meanwhile (see `mount_ns`); if init's exit was
-        // never seen, they come down here.
-        drop(self.mount_ns.take());
-        if let Some(t) = self.unmounting.take() {
-            let _ = t.join();
-        }
         // Egress comes down only once every process of the run is shown gone; otherwise its
         // pinned block stays in force, beyond this process.
         // (Otherwise `teardown` blocked it, and dropping the handle leaves the pinned links and
@@ -1449,6 +1470,7 @@ impl Running for LinuxRun {
             }
         }
         if !self.emptied {
+            self.unmounted();
             return steps;
         }
         if let Some(cg) = self.cgroup.take() {
@@ -1460,8 +1482,10 @@ impl Running for LinuxRun {
         // The cleanup of earlier runs' leftovers is not waited for: nothing depends on it, and
         // each of its steps is whole on its own.
         drop(self.housekeeping.take());
+        self.unmounted();
         // Last, the network namespace: the kernel's worker dismantles it from here on.
         drop(self.net_ns.take());
+        cordon_runtime::mark("cleanup: done");
         steps
     }
 }
