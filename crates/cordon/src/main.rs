@@ -23,10 +23,6 @@ struct Cli {
 /// against its own subcommand only: building every subcommand's arguments (ledger, policy,
 /// keys…) cost ~0.1 ms of each run. The result, `--help` and the errors are the whole CLI's
 /// (a test compares them).
-fn parse() -> Result<Cli, clap::Error> {
-    parse_from(std::env::args_os())
-}
-
 fn parse_from<I>(args: I) -> Result<Cli, clap::Error>
 where
     I: IntoIterator<Item = std::ffi::OsString>,
@@ -64,7 +60,9 @@ fn main() -> ExitCode {
         cordon_sandbox::init::main(&args);
     }
     cordon_runtime::mark("main");
-    let cli = match parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let net = cmd::run::net_ahead(&args);
+    let cli = match parse_from(args) {
         Ok(cli) => cli,
         Err(err) => {
             let code = cmd::usage_error_code(&err);
@@ -75,7 +73,7 @@ fn main() -> ExitCode {
     };
     cordon_runtime::mark("parsed");
     let failure_code = cli.command.failure_code();
-    match cli.command.run() {
+    match cli.command.run(net) {
         Ok(code) => {
             cordon_runtime::mark("exit");
             ExitCode::from(code)

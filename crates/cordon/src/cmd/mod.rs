@@ -29,10 +29,11 @@ pub enum Command {
 }
 
 impl Command {
-    /// Runs the subcommand, returning its exit code.
-    pub fn run(self) -> anyhow::Result<u8> {
+    /// Runs the subcommand, returning its exit code (`net`: the network namespace
+    /// [`run::net_ahead`] started for `cordon run`, if any).
+    pub fn run(self, net: Option<cordon_sandbox::netns::Pending>) -> anyhow::Result<u8> {
         match self {
-            Command::Run(args) => run::run(*args),
+            Command::Run(args) => run::run(*args, net),
             Command::Contain(args) => args.run(),
             Command::Ledger(c) => c.run(),
             Command::Receipt(c) => c.run(),
