@@ -311,6 +311,22 @@ impl Starting {
     ) -> Result<LinuxRun, BackendError> {
         let err = |stage: &'static str| move |e: io::Error| BackendError::new(stage, e);
         let launched_at = Instant::now();
+        // What does not depend on the network namespace comes first, while its thread may still
+        // be making it: the seccomp filter, compiled once so that a forked init finds it ready
+        // (root only: otherwise init is executed and compiles its own), the pipes to init, and
+        // the v1 cgroups carrying the limits, which the child joins itself, first thing.
+        if backend.privileged {
+            crate::seccomp::prepare().map_err(|e| BackendError::new("seccomp", e))?;
+        }
+        let (sync_r, sync_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| err("pipe")(e.into()))?;
+        let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| err("pipe")(e.into()))?;
+        let joins = match &self.cgroup {
+            Some(cg) => cg.v1_joins().map_err(|e| BackendError::new("cgroup", e))?,
+            None => Vec::new(),
+        };
+        let join_fds: Vec<i32> = joins.iter().map(AsRawFd::as_raw_fd).collect();
         // The namespace made ahead, and the host's to come back to after the clone. Once its
         // thread is joined this process has one thread again (see `own_status`).
         // If it could not be made (a /proc without `thread-self`, say), the clone makes the
@@ -333,16 +349,6 @@ impl Starting {
             .map_err(|e| BackendError::new("init", format!("/proc/self/status: {e}")))?;
         let forked = backend.privileged && own.threads == 1;
         let inherited_filters = own.seccomp_filters;
-        let (sync_r, sync_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| err("pipe")(e.into()))?;
-        let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| err("pipe")(e.into()))?;
-        // The v1 cgroups carrying the limits are joined by the child itself, first thing.
-        let joins = match &self.cgroup {
-            Some(cg) => cg.v1_joins().map_err(|e| BackendError::new("cgroup", e))?,
-            None => Vec::new(),
-        };
-        let join_fds: Vec<i32> = joins.iter().map(AsRawFd::as_raw_fd).collect();
         let config = InitConfig {
             plan: plan.clone(),
             sync_fd: sync_r.as_raw_fd(),
@@ -352,8 +358,6 @@ impl Starting {
             loopback: plan.net == NetPlan::None && net.is_none(),
         };
         let exec = if forked {
-            // Compiled here, once, so that the copy finds it ready.
-            crate::seccomp::prepare().map_err(|e| BackendError::new("seccomp", e))?;
             None
         } else {
             Some(ExecInit::prepare(&backend.init_exe, &config)?)

@@ -43,10 +43,13 @@ pub fn prepare() -> io::Result<Pending> {
 /// On the thread: a network namespace of its own (a thread may unshare this one alone), loopback
 /// up, and a descriptor that keeps the namespace alive once the thread is gone.
 fn make() -> io::Result<OwnedFd> {
+    cordon_runtime::mark("netns: thread");
     // SAFETY: only the network namespace is unshared; the descriptor table stays shared, so no
     // thread can be left with descriptors it cannot use (the concern `unshare_unsafe` names).
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }?;
+    cordon_runtime::mark("netns: unshared");
     loopback_up()?;
+    cordon_runtime::mark("netns: loopback");
     current()
 }
 
