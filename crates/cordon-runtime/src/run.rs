@@ -67,7 +67,12 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         let recorder = &mut *evidence;
         let mut gate = Gate {
             scope,
-            job: Some(move || recorder.record("run.start", start_data)),
+            job: Some(move || {
+                crate::mark("run.start: begun");
+                let r = recorder.record("run.start", start_data);
+                crate::mark("run.start: durable");
+                r
+            }),
             pending: None,
             passed: false,
         };
