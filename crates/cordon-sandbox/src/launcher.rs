@@ -1286,7 +1286,7 @@ impl LinuxRun {
     fn unmounted(&mut self) {
         drop(self.mount_ns.take());
         if let Some(t) = self.unmounting.take() {
-            let _ = t.join();
+            let _ = sys::join_elsewhere(t);
         }
     }
 

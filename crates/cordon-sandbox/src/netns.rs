@@ -56,9 +56,7 @@ fn make() -> io::Result<OwnedFd> {
 impl Pending {
     /// Waits for the thread: the namespace, once the thread has ended.
     pub fn wait(self) -> io::Result<NetNs> {
-        let fd = self
-            .0
-            .join()
+        let fd = sys::join_elsewhere(self.0)
             .map_err(|_| io::Error::other("the network namespace thread panicked"))??;
         let inode = rustix::fs::fstat(&fd)?.st_ino;
         Ok(NetNs { fd, inode })

@@ -430,6 +430,16 @@ where
     Ok(handle)
 }
 
+/// Joins a thread started by [`spawn_elsewhere`], first letting it use every CPU the process may:
+/// one still waiting for the other CPU (a virtual CPU the hypervisor has not run for a while;
+/// seen here for over a millisecond) may then run on the caller's, which is about to wait.
+pub fn join_elsewhere<T>(handle: std::thread::JoinHandle<T>) -> std::thread::Result<T> {
+    if let Ok(all) = rustix::thread::sched_getaffinity(None) {
+        pin(&handle, &all);
+    }
+    handle.join()
+}
+
 /// Moves the calling thread to one of `others` (a no-op when it already runs on one), then lets
 /// it use any of `all` again: the scheduler does not move a running thread back at once.
 fn leave(others: &rustix::thread::CpuSet, all: &rustix::thread::CpuSet) {
@@ -485,7 +495,8 @@ fn others_than(cpu: usize, all: &rustix::thread::CpuSet) -> Option<rustix::threa
     (others.count() > 0).then_some(others)
 }
 
-/// Restricts a thread that may not have run yet to the CPUs in `cpus`.
+/// Restricts a thread (not yet joined; it may not have run yet, or have ended) to the CPUs in
+/// `cpus`.
 fn pin<T>(handle: &std::thread::JoinHandle<T>, cpus: &rustix::thread::CpuSet) {
     use std::os::unix::thread::JoinHandleExt;
     // SAFETY: cpu_set_t is plain data for which zeroes are valid (the empty set).

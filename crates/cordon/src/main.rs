@@ -62,6 +62,7 @@ fn main() -> ExitCode {
     cordon_runtime::mark("main");
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let net = cmd::run::net_ahead(&args);
+    cordon_runtime::mark("net ahead");
     let cli = match parse_from(args) {
         Ok(cli) => cli,
         Err(err) => {
