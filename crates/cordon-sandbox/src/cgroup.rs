@@ -238,6 +238,11 @@ pub struct RunCgroup {
     memory_dir: Option<(PathBuf, bool)>,
     /// Where the pids limit and its events live.
     pids_dir: Option<PathBuf>,
+    /// The memory and pids event files, opened at their first read and read again from the
+    /// start after that (the kernel makes their text anew at offset 0): the last read, after
+    /// init's exit, is on the run's tail.
+    memory_events: std::sync::OnceLock<Option<fs::File>>,
+    pids_events: std::sync::OnceLock<Option<fs::File>>,
     /// Descriptions of what was set, for the report.
     pub applied: Vec<String>,
 }
@@ -283,6 +288,8 @@ impl RunCgroup {
             v1: Vec::new(),
             memory_dir: None,
             pids_dir: None,
+            memory_events: std::sync::OnceLock::new(),
+            pids_events: std::sync::OnceLock::new(),
             applied: Vec::new(),
         };
 
@@ -594,6 +601,8 @@ impl RunCgroup {
             v1,
             memory_dir,
             pids_dir,
+            memory_events: std::sync::OnceLock::new(),
+            pids_events: std::sync::OnceLock::new(),
             applied: Vec::new(),
         };
         cg.check_identity()?;
@@ -618,7 +627,7 @@ impl RunCgroup {
         } else {
             "memory.events"
         };
-        Ok(key_value(&read(dir.join(file))?, "oom_kill").unwrap_or(0))
+        events_value(&self.memory_events, &dir.join(file), "oom_kill")
     }
 
     /// How many times a fork was refused by the pids limit.
@@ -626,7 +635,7 @@ impl RunCgroup {
         let Some(dir) = &self.pids_dir else {
             return Ok(0);
         };
-        Ok(key_value(&read(dir.join("pids.events"))?, "max").unwrap_or(0))
+        events_value(&self.pids_events, &dir.join("pids.events"), "max")
     }
 
     /// Kills what is left, verifies `populated 0` (falling back to SIGKILL of each listed pid if
@@ -841,6 +850,33 @@ fn read(path: impl AsRef<Path>) -> Result<String, CgroupError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// The value of `key` (0 if absent) in the events file at `path`, read through `file`, opened at
+/// the first call; if it cannot be opened, each call reads the path afresh (and reports why not).
+fn events_value(
+    file: &std::sync::OnceLock<Option<fs::File>>,
+    path: &Path,
+    key: &str,
+) -> Result<u64, CgroupError> {
+    use std::os::unix::fs::FileExt;
+    let text = match file.get_or_init(|| fs::File::open(path).ok()) {
+        Some(f) => {
+            let mut buf = [0u8; 1024];
+            let n = f.read_at(&mut buf, 0).map_err(|source| CgroupError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            if n == buf.len() {
+                // Longer than any events file the kernel writes: read it whole instead.
+                read(path)?
+            } else {
+                String::from_utf8_lossy(&buf[..n]).into_owned()
+            }
+        }
+        None => read(path)?,
+    };
+    Ok(key_value(&text, key).unwrap_or(0))
 }
 
 /// The value of `key` in a flat-keyed file (`populated 0`, `oom_kill 3`).
