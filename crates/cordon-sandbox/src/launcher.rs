@@ -331,9 +331,7 @@ impl Starting {
         // thread is joined this process has one thread again (see `own_status`).
         // If it could not be made (a /proc without `thread-self`, say), the clone makes the
         // namespace as it would without one, init brings loopback up, and the report says which.
-        let net = net
-            .and_then(|pending| pending.wait().ok())
-            .and_then(|ns| netns::current().ok().map(|home| (ns, home)));
+        let net = net.and_then(|pending| pending.wait().ok());
         cordon_runtime::mark("netns joined");
 
         // Init is this process cloned without an exec when that is safe: root (so that the
@@ -381,7 +379,7 @@ impl Starting {
         let t_clone = Instant::now();
         cordon_runtime::mark("clone");
         // Into the run's network namespace for the clone alone: init inherits it.
-        if let Some((ns, _)) = &net {
+        if let Some(ns) = &net {
             ns.enter().map_err(|e| BackendError::new("netns", e))?;
         }
 
@@ -391,8 +389,8 @@ impl Starting {
         // the copied address space still holds.
         let cloned = unsafe { sys::clone3(flags, self.cgroup.as_ref().map(RunCgroup::dir_fd)) };
         // Back in the host's namespace (the parent only: init stays), whatever the clone did.
-        if let (Ok(Cloned::Parent { .. }) | Err(_), Some((_, home))) = (&cloned, &net)
-            && let Err(e) = netns::enter(home)
+        if let (Ok(Cloned::Parent { .. }) | Err(_), Some(ns)) = (&cloned, &net)
+            && let Err(e) = ns.leave()
         {
             if let Ok(Cloned::Parent { pid, pidfd }) = cloned {
                 self.init = Some((pid, pidfd));
@@ -472,7 +470,7 @@ impl Starting {
         }
 
         // While init builds: its namespaces, from the host.
-        let namespaces = verify_namespaces(pid, plan, net.as_ref().map(|(ns, _)| ns.inode()));
+        let namespaces = verify_namespaces(pid, plan, net.as_ref().map(netns::NetNs::inode));
         drop(net);
         let ns_pid = ns_inode(pid, "pid");
         // Held until init is gone, so that the last reference to the sandbox's mount namespace

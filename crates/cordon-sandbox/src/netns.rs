@@ -25,13 +25,15 @@ use crate::sys;
 
 /// A namespace being made on its thread.
 #[derive(Debug)]
-pub struct Pending(JoinHandle<io::Result<OwnedFd>>);
+pub struct Pending(JoinHandle<io::Result<NetNs>>);
 
 /// An empty network namespace with loopback up, owned by the host's user namespace.
 #[derive(Debug)]
 pub struct NetNs {
     fd: OwnedFd,
     inode: u64,
+    /// The namespace it was made from (the process's), to come back to after entering it.
+    home: OwnedFd,
 }
 
 /// Starts making a namespace on a thread of its own (on another CPU than the caller's when
@@ -41,25 +43,27 @@ pub fn prepare() -> io::Result<Pending> {
 }
 
 /// On the thread: a network namespace of its own (a thread may unshare this one alone), loopback
-/// up, and a descriptor that keeps the namespace alive once the thread is gone.
-fn make() -> io::Result<OwnedFd> {
+/// up, and a descriptor that keeps the namespace alive once the thread is gone. The descriptors
+/// and the inode are taken here too, off the launcher's way.
+fn make() -> io::Result<NetNs> {
     cordon_runtime::mark("netns: thread");
+    let home = current()?;
     // SAFETY: only the network namespace is unshared; the descriptor table stays shared, so no
     // thread can be left with descriptors it cannot use (the concern `unshare_unsafe` names).
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }?;
     cordon_runtime::mark("netns: unshared");
     loopback_up()?;
     cordon_runtime::mark("netns: loopback");
-    current()
+    let fd = current()?;
+    let inode = rustix::fs::fstat(&fd)?.st_ino;
+    Ok(NetNs { fd, inode, home })
 }
 
 impl Pending {
     /// Waits for the thread: the namespace, once the thread has ended.
     pub fn wait(self) -> io::Result<NetNs> {
-        let fd = sys::join_elsewhere(self.0)
-            .map_err(|_| io::Error::other("the network namespace thread panicked"))??;
-        let inode = rustix::fs::fstat(&fd)?.st_ino;
-        Ok(NetNs { fd, inode })
+        sys::join_elsewhere(self.0)
+            .map_err(|_| io::Error::other("the network namespace thread panicked"))?
     }
 }
 
@@ -78,6 +82,11 @@ impl NetNs {
     /// Moves the calling thread into this namespace.
     pub fn enter(&self) -> io::Result<()> {
         enter(self.fd.as_fd())
+    }
+
+    /// Moves the calling thread back into the namespace this one was made from.
+    pub fn leave(&self) -> io::Result<()> {
+        enter(self.home.as_fd())
     }
 }
 
