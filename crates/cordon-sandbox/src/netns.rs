@@ -56,12 +56,14 @@ fn make() -> io::Result<NetNs> {
     cordon_runtime::mark("netns: loopback");
     let fd = current()?;
     let inode = rustix::fs::fstat(&fd)?.st_ino;
+    cordon_runtime::mark("netns: made");
     Ok(NetNs { fd, inode, home })
 }
 
 impl Pending {
     /// Waits for the thread: the namespace, once the thread has ended.
     pub fn wait(self) -> io::Result<NetNs> {
+        cordon_runtime::mark("netns: joining");
         sys::join_elsewhere(self.0)
             .map_err(|_| io::Error::other("the network namespace thread panicked"))?
     }
