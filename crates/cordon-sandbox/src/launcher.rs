@@ -428,8 +428,10 @@ impl Starting {
         write_id_maps(pid, plan, backend.privileged).map_err(err("uid_map"))?;
         let mut sync = File::from(sync_w);
         sync.write_all(&[GO_BUILD]).map_err(err("sync"))?;
-        // The run's start may now be recorded on a thread of its own: the clone is done.
-        gate.begin();
+        // The run's start may now be recorded on a thread of its own: the clone is done. It
+        // starts on this CPU: init, just cloned, is likely on the other, building the boundary,
+        // which is what the command waits for; this thread only waits for it.
+        sys::spawning_here(|| gate.begin());
 
         self.timings.push((
             if forked {

@@ -430,6 +430,23 @@ where
     Ok(handle)
 }
 
+/// Runs `f`, which starts a thread it does not place itself (the runtime's recording thread),
+/// with the calling thread restricted to the CPU it is on: the new thread inherits that, and
+/// starts and stays there, beside the caller rather than on a CPU whose work is more urgent (the
+/// sandbox's init, just cloned) or one that must first be woken. The caller gets back every CPU
+/// it had.
+pub fn spawning_here<R>(f: impl FnOnce() -> R) -> R {
+    let all = rustix::thread::sched_getaffinity(None).ok();
+    let mut here = rustix::thread::CpuSet::new();
+    here.set(rustix::thread::sched_getcpu());
+    let pinned = all.is_some() && rustix::thread::sched_setaffinity(None, &here).is_ok();
+    let r = f();
+    if let (true, Some(all)) = (pinned, &all) {
+        let _ = rustix::thread::sched_setaffinity(None, all);
+    }
+    r
+}
+
 /// Joins a thread started by [`spawn_elsewhere`], first letting it use every CPU the process may:
 /// one still waiting for the other CPU (a virtual CPU the hypervisor has not run for a while;
 /// seen here for over a millisecond) may then run on the caller's, which is about to wait.
