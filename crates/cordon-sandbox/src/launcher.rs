@@ -432,12 +432,6 @@ impl Starting {
         // starts on this CPU: init, just cloned, is likely on the other, building the boundary,
         // which is what the command waits for; this thread only waits for it.
         sys::spawning_here(|| gate.begin());
-        // Loopback in the namespace made ahead, while init builds (see `netns`); the command
-        // starts only after this.
-        if let Some(ns) = &net {
-            ns.bring_loopback_up()
-                .map_err(|e| BackendError::new("netns", format!("bringing loopback up: {e}")))?;
-        }
 
         self.timings.push((
             if forked {

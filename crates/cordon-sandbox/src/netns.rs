@@ -2,15 +2,12 @@
 //!
 //! A network namespace is the most expensive thing `clone3` creates (registering loopback and
 //! the per-namespace sysctls: ~0.4 ms of a ~0.7 ms clone on the machine cordon is measured on).
-//! As root, cordon makes it on a thread of its own, which unshares its network namespace and
-//! hands the namespace back, while the CLI parses the command line, validates the spec and opens
-//! the ledger and the launcher creates the run's cgroup (`cordon run` starts the thread as soon
-//! as it knows the run gets no network; the launcher does, at the latest, when it starts). The
+//! As root, cordon makes it on a thread of its own, which unshares its network namespace, brings
+//! loopback up and hands the namespace back, while the CLI validates the spec and opens the
+//! ledger and the launcher creates the run's cgroup (`cordon run` starts the thread as soon as
+//! it knows the run gets no network; the launcher does, at the latest, when it starts). The
 //! launcher then enters it for the one `clone3` that makes init (which inherits it, instead of
-//! creating one) and returns to the host's namespace at once. Loopback is brought up after the
-//! clone, by the launcher from inside the namespace, while init builds the boundary: that thread
-//! is what the clone waits for, the launcher then only waits for init, and the command starts
-//! after both.
+//! creating one) and returns to the host's namespace at once.
 //!
 //! The namespace is as empty as one made by the clone (loopback only), and stronger in one way:
 //! its owner is the host's user namespace, not the run's, so nothing in the sandbox, not even
@@ -55,6 +52,8 @@ fn make() -> io::Result<NetNs> {
     // thread can be left with descriptors it cannot use (the concern `unshare_unsafe` names).
     unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }?;
     cordon_runtime::mark("netns: unshared");
+    loopback_up()?;
+    cordon_runtime::mark("netns: loopback");
     let fd = current()?;
     let inode = rustix::fs::fstat(&fd)?.st_ino;
     cordon_runtime::mark("netns: made");
@@ -90,15 +89,6 @@ impl NetNs {
     /// Moves the calling thread back into the namespace this one was made from.
     pub fn leave(&self) -> io::Result<()> {
         enter(self.home.as_fd())
-    }
-
-    /// Brings loopback up in this namespace, from inside it: the calling thread enters it and
-    /// comes back (it may be in another than the one this was made from only if it fails to).
-    pub fn bring_loopback_up(&self) -> io::Result<()> {
-        self.enter()?;
-        let up = loopback_up();
-        self.leave()?;
-        up
     }
 }
 
@@ -180,8 +170,8 @@ mod tests {
             .collect()
     }
 
-    /// The namespace made ahead is new, holds loopback alone, down until the launcher brings it
-    /// up (the negative control), up after; a thread goes into it and back.
+    /// The namespace made ahead is new, holds loopback alone and up, and a thread goes into it
+    /// and back. Negative control: a namespace unshared without `loopback_up` has it down.
     #[test]
     fn made_ahead_entered_and_left() {
         if !crate::privileged("netns::made_ahead_entered_and_left") {
@@ -189,25 +179,28 @@ mod tests {
         }
         let ns = prepare().unwrap().wait().unwrap();
         // On threads of their own, so that the test's thread never leaves its namespace.
-        let (host, inside, ifaces, before, up, back) = std::thread::spawn(move || {
+        let (host, inside, ifaces, up, back) = std::thread::spawn(move || {
             let host = ns_inode();
             let home = current().unwrap();
             ns.enter().unwrap();
             let seen = (ns_inode(), interfaces(), loopback_is_up().unwrap());
             enter(&home).unwrap();
-            ns.bring_loopback_up().unwrap();
-            assert_eq!(ns_inode(), host, "bringing loopback up comes back");
-            ns.enter().unwrap();
-            let up = loopback_is_up().unwrap();
-            ns.leave().unwrap();
-            (host, seen.0, seen.1, seen.2, up, ns_inode())
+            (host, seen.0, seen.1, seen.2, ns_inode())
         })
         .join()
         .unwrap();
         assert_ne!(inside, host, "a namespace of its own");
         assert_eq!(back, host, "and back in the host's");
         assert_eq!(ifaces, ["lo"]);
-        assert!(!before, "a bare new namespace has loopback down");
         assert!(up, "loopback up");
+
+        let control = std::thread::spawn(|| {
+            // SAFETY: this thread's network namespace only; the thread ends right after.
+            unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }.unwrap();
+            loopback_is_up().unwrap()
+        })
+        .join()
+        .unwrap();
+        assert!(!control, "a bare new namespace has loopback down");
     }
 }
