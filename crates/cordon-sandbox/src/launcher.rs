@@ -343,9 +343,9 @@ impl Starting {
         // One read of this process's status gives both its thread count and the seccomp
         // filters it runs under (init inherits them: the host-side check wants init's own on
         // top of these, not merely some).
-        let own = own_status(net.is_some())
+        let (own, single) = own_status(net.as_ref().map(netns::NetNs::maker))
             .map_err(|e| BackendError::new("init", format!("/proc/self/status: {e}")))?;
-        let forked = backend.privileged && own.threads == 1;
+        let forked = backend.privileged && single;
         let inherited_filters = own.seccomp_filters;
         let config = InitConfig {
             plan: plan.clone(),
@@ -957,19 +957,33 @@ fn in_netns(pid: i32, inode: u64) -> bool {
     ns_inode(pid, "net") == Some(inode)
 }
 
-/// This process's status, for its thread count and seccomp filters. After a helper thread was
-/// joined (`joined`), the kernel may still count it for a few microseconds (a thread is
-/// released after it wakes its joiner): then the count is read again for up to a millisecond
-/// before it is believed.
-fn own_status(joined: bool) -> io::Result<StatusCaps> {
+/// This process's status (for the seccomp filters it runs under), and whether the calling
+/// thread is the only one that can still run code of this process. A helper thread that was
+/// joined (`joined`, its id) has run the last of its code (its joiner is woken only once the
+/// thread is done with the address space), but the kernel counts and lists it until it has
+/// finished exiting, which took over a millisecond when the hypervisor left its CPU unrun: then
+/// `/proc/self/task` must list no thread but the caller and that one.
+fn own_status(joined: Option<i32>) -> io::Result<(StatusCaps, bool)> {
     let me = std::process::id() as i32;
-    let mut status = StatusCaps::read(me)?;
-    let until = Instant::now() + Duration::from_millis(1);
-    while joined && status.threads > 1 && Instant::now() < until {
-        std::thread::yield_now();
-        status = StatusCaps::read(me)?;
+    let status = StatusCaps::read(me)?;
+    let single = match (status.threads, joined) {
+        (1, _) => true,
+        (2, Some(helper)) => only_threads(&[me, helper])?,
+        _ => false,
+    };
+    Ok((status, single))
+}
+
+/// Whether every thread `/proc/self/task` lists is one of `allowed`.
+fn only_threads(allowed: &[i32]) -> io::Result<bool> {
+    for entry in std::fs::read_dir("/proc/self/task")? {
+        let name = entry?.file_name();
+        let tid = name.to_str().and_then(|n| n.parse::<i32>().ok());
+        if !tid.is_some_and(|t| allowed.contains(&t)) {
+            return Ok(false);
+        }
     }
-    Ok(status)
+    Ok(true)
 }
 
 /// The host-side check of the boundary init reports built: what `/proc/<pid>/status` and
@@ -1736,6 +1750,37 @@ fn processes_in_pid_ns(ns: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The threads `/proc/self/task` lists now.
+    fn tids() -> Vec<i32> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+            .collect()
+    }
+
+    /// `only_threads` sees a thread it was not told of (the negative control), and accepts it
+    /// once named.
+    #[test]
+    fn only_the_threads_named_may_be_listed() {
+        let before = tids();
+        assert!(only_threads(&before).unwrap());
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let other = std::thread::spawn(move || {
+            tid_tx
+                .send(rustix::thread::gettid().as_raw_nonzero().get())
+                .unwrap();
+            rx.recv().ok();
+        });
+        let tid = tid_rx.recv().unwrap();
+        assert!(!only_threads(&before).unwrap(), "an unnamed thread is seen");
+        let mut named = before.clone();
+        named.push(tid);
+        assert!(only_threads(&named).unwrap());
+        drop(tx);
+        other.join().unwrap();
+    }
 
     /// A validated plan for `/bin/true` with `/usr` readable.
     fn plan() -> Plan {

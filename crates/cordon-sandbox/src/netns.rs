@@ -34,6 +34,8 @@ pub struct NetNs {
     inode: u64,
     /// The namespace it was made from (the process's), to come back to after entering it.
     home: OwnedFd,
+    /// The thread that made it (see [`NetNs::maker`]).
+    maker: i32,
 }
 
 /// Starts making a namespace on a thread of its own (on another CPU than the caller's when
@@ -57,7 +59,13 @@ fn make() -> io::Result<NetNs> {
     let fd = current()?;
     let inode = rustix::fs::fstat(&fd)?.st_ino;
     cordon_runtime::mark("netns: made");
-    Ok(NetNs { fd, inode, home })
+    let maker = rustix::thread::gettid().as_raw_nonzero().get();
+    Ok(NetNs {
+        fd,
+        inode,
+        home,
+        maker,
+    })
 }
 
 impl Pending {
@@ -79,6 +87,12 @@ impl NetNs {
     /// The namespace's inode number, as `/proc/<pid>/ns/net` of a process in it shows.
     pub fn inode(&self) -> u64 {
         self.inode
+    }
+
+    /// The id of the thread that made it: once [`Pending::wait`] has returned, that thread has
+    /// run the last of its code, though the kernel may list it a while longer.
+    pub fn maker(&self) -> i32 {
+        self.maker
     }
 
     /// Moves the calling thread into this namespace.
