@@ -1,0 +1,51 @@
+# Times whole processes interleaved: each iteration runs every command once, starting with a
+# different one each time, so that all of them see the same moments of a machine whose speed
+# drifts (a loaded hypervisor moved a cross-CPU wakeup from ~50 to ~450 us within minutes here).
+# Blocks of one command after another (hyperfine's way) let that drift land on one command.
+#
+# Usage: interleave.py RUNS WARMUP OUT.json NAME CMD... [::: NAME CMD...]...
+# Writes {"NAME": [seconds, ...], ...} to OUT.json, in the order given; a command that exits with
+# anything but 0 stops it with an error. Output of the commands goes to /dev/null.
+import json
+import os
+import sys
+import time
+
+
+def main():
+    runs, warmup, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    groups, cur = [], []
+    for a in sys.argv[4:]:
+        if a == ":::":
+            groups.append(cur)
+            cur = []
+        else:
+            cur.append(a)
+    groups.append(cur)
+    if any(len(g) < 2 for g in groups):
+        sys.exit("interleave.py: each group needs a name and a command")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    actions = [(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)]
+
+    def once(argv):
+        t = time.perf_counter()
+        pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions)
+        _, status = os.waitpid(pid, 0)
+        elapsed = time.perf_counter() - t
+        if status != 0:
+            sys.exit(f"interleave.py: {' '.join(argv)} exited with status {status}")
+        return elapsed
+
+    for _ in range(warmup):
+        for g in groups:
+            once(g[1:])
+    times = {g[0]: [] for g in groups}
+    for i in range(runs):
+        for k in range(len(groups)):
+            g = groups[(i + k) % len(groups)]
+            times[g[0]].append(once(g[1:]))
+    with open(out, "w") as f:
+        json.dump(times, f)
+
+
+main()
