@@ -4,7 +4,8 @@
 # Blocks of one command after another (hyperfine's way) let that drift land on one command.
 #
 # Usage: interleave.py RUNS WARMUP OUT.json NAME CMD... [::: NAME CMD...]...
-# Writes {"NAME": [seconds, ...], ...} to OUT.json, in the order given; a command that exits with
+# Writes {"NAME": [seconds, ...], ...} to OUT.json, in the order first given; a name given more
+# than once is run that many times an iteration, its samples pooled. A command that exits with
 # anything but 0 stops it with an error. Output of the commands goes to /dev/null.
 import json
 import os
