@@ -180,12 +180,14 @@ impl Backend for LinuxBackend {
         // As root the run's empty network namespace is made ahead on a thread of its own (see
         // `netns`), from here at the latest; if that thread cannot start, the clone makes it.
         let wanted = self.privileged && plan.net == NetPlan::None;
+        // A thread joined before the clone, which the kernel may still list then.
+        let mut joined = None;
         let net = match self.net.take() {
             Some(pending) if wanted => Some(pending),
             // Not wanted after all: its thread is joined, so that init can still be forked
             // from a single thread.
             Some(unwanted) => {
-                drop(unwanted.wait());
+                joined = unwanted.wait().ok().map(|ns| ns.maker());
                 None
             }
             None if wanted => netns::prepare().ok(),
@@ -214,6 +216,7 @@ impl Backend for LinuxBackend {
             observer: None,
             egress: None,
             egress_probe: None,
+            joined,
         };
         match started.launch(self, plan, net, gate) {
             Ok(run) => Ok(run),
@@ -234,6 +237,8 @@ struct Starting {
     observer: Option<Observer>,
     egress: Option<Egress>,
     egress_probe: Option<cordon_bpf::egress::ProbeStarted>,
+    /// The namespace thread, when it was joined before `launch` (its namespace not wanted).
+    joined: Option<i32>,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -343,7 +348,7 @@ impl Starting {
         // One read of this process's status gives both its thread count and the seccomp
         // filters it runs under (init inherits them: the host-side check wants init's own on
         // top of these, not merely some).
-        let (own, single) = own_status(net.as_ref().map(netns::NetNs::maker))
+        let (own, single) = own_status(net.as_ref().map(netns::NetNs::maker).or(self.joined))
             .map_err(|e| BackendError::new("init", format!("/proc/self/status: {e}")))?;
         let forked = backend.privileged && single;
         let inherited_filters = own.seccomp_filters;
