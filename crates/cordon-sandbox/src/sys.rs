@@ -441,15 +441,12 @@ where
     let elsewhere = allowed
         .zip(current_cpu())
         .and_then(|(all, here)| others_than(here, &all));
-    let handle = std::thread::Builder::new()
-        .name(name.to_owned())
-        .stack_size(stack_size)
-        .spawn(move || {
-            if let (Some(others), Some(all)) = (&elsewhere, &allowed) {
-                leave(others, all);
-            }
-            f()
-        })?;
+    let handle = builder(name, stack_size).spawn(move || {
+        if let (Some(others), Some(all)) = (&elsewhere, &allowed) {
+            leave(others, all);
+        }
+        f()
+    })?;
     if let Some(others) = &elsewhere {
         pin(&handle, others);
     }
@@ -503,16 +500,20 @@ where
     T: Send + 'static,
 {
     let all = pin_here();
-    let handle = std::thread::Builder::new()
-        .name(name.to_owned())
-        .stack_size(stack_size)
-        .spawn(move || {
-            unpin(all);
-            std::thread::yield_now();
-            f()
-        });
+    let handle = builder(name, stack_size).spawn(move || {
+        unpin(all);
+        std::thread::yield_now();
+        f()
+    });
     unpin(all);
     handle
+}
+
+/// A thread named `name` with a stack of `stack_size` bytes, for the spawners above.
+fn builder(name: &str, stack_size: usize) -> std::thread::Builder {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .stack_size(stack_size)
 }
 
 /// The CPUs of `all` other than `cpu`, if there are any.
