@@ -482,34 +482,23 @@ fn leave(others: &rustix::thread::CpuSet, all: &rustix::thread::CpuSet) {
     let _ = rustix::thread::sched_setaffinity(None, all);
 }
 
-/// Spawns a thread that starts on the caller's CPU, for work meant to fill the time the caller
-/// then spends waiting (on the disk, say). Left to itself the scheduler starts a new thread on an
-/// idle CPU, and waking an idle CPU is dear on a virtual machine: here a thread so started ran
-/// only ~0.2 ms later, and a wakeup across CPUs costs ~70-190 µs against ~6-30 µs on one CPU
-/// (a pipe ping-pong, hot and after idling). A new thread inherits its creator's CPU mask, so the
-/// caller restricts itself to its CPU for the spawn; both go back to every CPU the process may
-/// use, the new thread once it runs. The new thread yields first: the caller, which may preempt
-/// it, goes on until it waits.
-pub fn spawn_here<F, T>(
-    name: &str,
-    stack_size: usize,
-    f: F,
-) -> io::Result<std::thread::JoinHandle<T>>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    let all = pin_here();
-    let handle = builder(name, stack_size).spawn(move || {
-        unpin(all);
-        std::thread::yield_now();
-        f()
-    });
-    unpin(all);
-    handle
+/// Restricts a parked thread (one blocked, waiting to be handed work) to the caller's CPU, for
+/// work meant to fill the time the caller then spends waiting (on the disk, say); returns the
+/// CPUs the thread may use otherwise, for it to take back with [`unpin`] once it runs. Woken
+/// where it last ran, the thread would wait for an idle CPU to wake, which is dear on a virtual
+/// machine: a wakeup across CPUs costs ~40-190 µs here when the host is quiet and up to ~0.8 ms
+/// when it is loaded, against ~6-30 µs on one CPU (a pipe ping-pong, hot and after idling);
+/// and the caller's own wakeup, when the thread is done, is then across CPUs too. The thread
+/// stays there: it is meant for a short job, after which it ends.
+pub fn bring_here<T>(handle: &std::thread::JoinHandle<T>) {
+    if let Some(cpu) = current_cpu() {
+        let mut here = rustix::thread::CpuSet::new();
+        here.set(cpu);
+        pin(handle, &here);
+    }
 }
 
-/// A thread named `name` with a stack of `stack_size` bytes, for the spawners above.
+/// A thread named `name` with a stack of `stack_size` bytes, for the spawner above.
 fn builder(name: &str, stack_size: usize) -> std::thread::Builder {
     std::thread::Builder::new()
         .name(name.to_owned())
