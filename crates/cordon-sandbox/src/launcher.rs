@@ -1414,11 +1414,8 @@ impl Running for LinuxRun {
         let mut steps = Vec::new();
         cordon_runtime::mark("teardown start");
         let verified = match &self.cgroup {
-            Some(cg) => {
-                let v = cg.kill_and_verify(&mut steps);
-                self.reap_init();
-                v
-            }
+            // Init, dead or killed here, is reaped in `clean_up`.
+            Some(cg) => cg.kill_and_verify(&mut steps),
             None => {
                 // No cgroup: killing init tears down its pid namespace; then look for survivors.
                 let _ =
@@ -1541,6 +1538,12 @@ impl LinuxRun {
     fn clean_up(mut self) -> Vec<String> {
         cordon_runtime::mark("cleanup: started");
         let mut steps = Vec::new();
+        // Without waiting: should init not be dead (teardown could not show the run gone), it
+        // stays for the kernel to reap with this process.
+        let _ = rustix::process::waitid(
+            rustix::process::WaitId::PidFd(self.pidfd.as_fd()),
+            rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOHANG,
+        );
         // Egress comes down only once every process of the run is shown gone; otherwise its
         // pinned block stays in force, beyond this process.
         // (Otherwise `teardown` blocked it, and dropping the handle leaves the pinned links and
@@ -1621,28 +1624,35 @@ impl LinuxRun {
         }
     }
 
-    /// Re-checks the eBPF providers at the end of the run: a program detached or a map changed
-    /// behind cordon's back while the command ran turns the provider VERIFICATION_FAILED.
-    fn reverify(&mut self) {
+    /// Whether the eBPF programs are still attached, as the kernel says now.
+    fn attached_now(&self) -> Vec<(&'static str, Verification)> {
         let mut late = Vec::new();
         if let Some(o) = &self.observer {
             late.push(("observer", o.verify_attached()));
-            if let Ok(n) = o.lost()
-                && n > 0
-            {
-                late.push((
-                    "observer",
-                    Verification {
-                        state: VerifyState::VerificationFailed,
-                        detail: format!("{n} events were lost (the ring buffer was full)"),
-                        problems: vec![format!("{n} events lost")],
-                        probe_pids: Vec::new(),
-                    },
-                ));
-            }
         }
         if let Some(e) = &self.egress {
             late.push(("egress", e.verify_attached()));
+        }
+        late
+    }
+
+    /// Re-checks the eBPF providers at the end of the run: a program detached or a map changed
+    /// behind cordon's back while the command ran (`attached`, from [`Self::attached_now`]), or
+    /// events lost, turns the provider VERIFICATION_FAILED.
+    fn reverify(&mut self, mut late: Vec<(&'static str, Verification)>) {
+        if let Some(o) = &self.observer
+            && let Ok(n) = o.lost()
+            && n > 0
+        {
+            late.push((
+                "observer",
+                Verification {
+                    state: VerifyState::VerificationFailed,
+                    detail: format!("{n} events were lost (the ring buffer was full)"),
+                    problems: vec![format!("{n} events lost")],
+                    probe_pids: Vec::new(),
+                },
+            ));
         }
         if !self.events_over_budget.is_empty() {
             let total: u64 = self.events_over_budget.values().sum();
@@ -1682,6 +1692,11 @@ impl LinuxRun {
         use rustix::event::{PollFd, PollFlags, poll};
         let sigfd = signalfd().map_err(|e| BackendError::new("signals", e))?;
         let poll_limits = self.cgroup.is_some();
+        // Init reports the command's exit, then exits itself, which takes the kernel a few
+        // hundred microseconds here (its pid namespace, its memory): the checks that need no
+        // more than the command gone are made meanwhile.
+        let mut status_open = true;
+        let mut attached = None;
         loop {
             self.drain_events(events);
             if let Some(reason) = self.limit_hit() {
@@ -1700,16 +1715,45 @@ impl LinuxRun {
                 tv_sec: t.as_secs() as i64,
                 tv_nsec: i64::from(t.subsec_nanos()),
             });
+            // A message already read into the buffer is not announced by the pipe again.
+            let buffered = status_open && !self.status.buffer().is_empty();
+            let status_events = if status_open {
+                PollFlags::IN
+            } else {
+                PollFlags::empty()
+            };
             let mut fds = [
                 PollFd::new(&self.pidfd, PollFlags::IN),
                 PollFd::new(&sigfd, PollFlags::IN),
+                PollFd::new(self.status.get_ref(), status_events),
             ];
-            match poll(&mut fds, ts.as_ref()) {
+            let zero = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            match poll(&mut fds, if buffered { Some(&zero) } else { ts.as_ref() }) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(BackendError::new("poll", e)),
             }
             let exited = fds[0].revents().contains(PollFlags::IN);
             let signalled = fds[1].revents().contains(PollFlags::IN);
+            let said = buffered
+                || fds[2]
+                    .revents()
+                    .intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR);
+            if said && !exited {
+                // Init writes each message whole, in one write of less than a pipe's atomic
+                // size: a readable pipe holds a whole line, and reading it does not block.
+                match read_message(&mut self.status) {
+                    Ok(Some(Message::Exited { code, signal })) => {
+                        self.exit = Some(ExitStatus { code, signal });
+                        status_open = false;
+                        attached = Some(self.attached_now());
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => status_open = false,
+                }
+            }
             if signalled {
                 let mut info = [0u8; 128];
                 if let Ok(n) = rustix::io::read(&sigfd, &mut info)
@@ -1732,11 +1776,15 @@ impl LinuxRun {
         {
             let _ = cg.wait_empty(Duration::from_secs(2));
         }
-        self.reap_init();
+        // Reaped in `clean_up`, off the run's end: a zombie is out of its cgroup already.
+        if self.cgroup.is_none() {
+            self.reap_init();
+        }
         self.let_go_of_mounts();
         self.drain_status();
         self.drain_events(events);
-        self.reverify();
+        let attached = attached.unwrap_or_else(|| self.attached_now());
+        self.reverify(attached);
         if let Some(outcome) = self.not_started.take() {
             return Ok(outcome);
         }
