@@ -653,27 +653,42 @@ impl Starting {
     }
 }
 
-/// A thread, started while the command runs, that takes the sandbox's mounts down once init is
-/// gone (see `mount_ns` in `Starting::launch`): letting go of the mount namespace waits for the
-/// kernel (an RCU grace period, the superblocks), and a thread started for it only then, at the
-/// run's end, cost that end up to ~0.2 ms more on this machine than handing it a descriptor.
+/// A thread, started while the command runs, that reaps init and takes the sandbox's mounts
+/// down once init is gone (see `mount_ns` in `Starting::launch`): letting go of the mount
+/// namespace waits for the kernel (an RCU grace period, the superblocks), and a thread started
+/// for it only then, at the run's end, cost that end up to ~0.2 ms more on this machine than
+/// handing it a descriptor. Reaping init (a zombie, out of its cgroup) is not the run's end's to
+/// wait for either.
 #[derive(Debug)]
 struct Unmounter {
-    namespace: std::sync::mpsc::SyncSender<OwnedFd>,
+    /// The mount namespace, and a descriptor of init to reap it by.
+    namespace: std::sync::mpsc::SyncSender<(OwnedFd, Option<OwnedFd>)>,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl Unmounter {
     fn start() -> io::Result<Unmounter> {
-        let (namespace, handed) = std::sync::mpsc::sync_channel::<OwnedFd>(1);
+        let (namespace, handed) = std::sync::mpsc::sync_channel::<(OwnedFd, Option<OwnedFd>)>(1);
         let thread = sys::spawn_elsewhere("cordon-umount", 64 * 1024, move || {
             // Nothing handed over (the run ended otherwise): nothing to do here.
-            if let Ok(ns) = handed.recv() {
+            if let Ok((ns, init)) = handed.recv() {
+                if let Some(init) = init {
+                    reap_now(&init);
+                }
                 drop(ns);
             }
         })?;
         Ok(Unmounter { namespace, thread })
     }
+}
+
+/// Reaps init if it is dead, without waiting: a live one (a run that teardown could not show
+/// gone) stays for the kernel to reap with this process.
+fn reap_now(pidfd: &OwnedFd) {
+    let _ = rustix::process::waitid(
+        rustix::process::WaitId::PidFd(pidfd.as_fd()),
+        rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOHANG,
+    );
 }
 
 /// A thread, started while the command runs, that cleans up after the run (`LinuxRun::clean_up`)
@@ -1355,9 +1370,10 @@ impl LinuxRun {
     fn let_go_of_mounts(&mut self) {
         if let Some(ns) = self.mount_ns.take() {
             match &self.unmounter {
-                // Should its thread be gone, the descriptor comes back in the error, dropped
-                // here: the mounts then come down on this thread.
-                Some(u) => drop(u.namespace.try_send(ns)),
+                // Should its thread be gone, the descriptors come back in the error, dropped
+                // here: the mounts then come down on this thread, and init is reaped in
+                // `clean_up`.
+                Some(u) => drop(u.namespace.try_send((ns, self.pidfd.try_clone().ok()))),
                 None => drop(ns),
             }
         }
@@ -1538,12 +1554,8 @@ impl LinuxRun {
     fn clean_up(mut self) -> Vec<String> {
         cordon_runtime::mark("cleanup: started");
         let mut steps = Vec::new();
-        // Without waiting: should init not be dead (teardown could not show the run gone), it
-        // stays for the kernel to reap with this process.
-        let _ = rustix::process::waitid(
-            rustix::process::WaitId::PidFd(self.pidfd.as_fd()),
-            rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOHANG,
-        );
+        // Unless the unmounter did (a no-op then).
+        reap_now(&self.pidfd);
         // Egress comes down only once every process of the run is shown gone; otherwise its
         // pinned block stays in force, beyond this process.
         // (Otherwise `teardown` blocked it, and dropping the handle leaves the pinned links and
@@ -1776,7 +1788,8 @@ impl LinuxRun {
         {
             let _ = cg.wait_empty(Duration::from_secs(2));
         }
-        // Reaped in `clean_up`, off the run's end: a zombie is out of its cgroup already.
+        // Reaped by the unmounter or in `clean_up`, off the run's end: a zombie is out of its
+        // cgroup already.
         if self.cgroup.is_none() {
             self.reap_init();
         }
