@@ -492,6 +492,15 @@ impl Starting {
         let net_ns = (plan.net == NetPlan::None)
             .then(|| ns_handle(pid, "net"))
             .flatten();
+        // The threads for the run's end are started now, while this thread waits for init, and
+        // not once the command runs: a short command (`/bin/true` is over in ~0.8 ms) shared a
+        // CPU with their first run. The cleaner is kept on this CPU from the start (see
+        // `Cleaner`); without it (it could not be started) the launcher cleans up itself.
+        let unmounter = mount_ns
+            .is_some()
+            .then(Unmounter::start)
+            .and_then(Result::ok);
+        let cleaner = sys::spawning_here(Cleaner::start).ok();
         let mut status = BufReader::new(File::from(status_r));
         let mut ready =
             match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
@@ -619,12 +628,6 @@ impl Starting {
             .init
             .take()
             .ok_or_else(|| BackendError::new("init", "lost"))?;
-        let unmounter = mount_ns
-            .is_some()
-            .then(Unmounter::start)
-            .and_then(Result::ok);
-        // Without it (the thread could not be started) the launcher cleans up itself.
-        let cleaner = Cleaner::start().ok();
         Ok(LinuxRun {
             pid: init_pid,
             pidfd: init_fd,
