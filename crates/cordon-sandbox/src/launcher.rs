@@ -1525,7 +1525,7 @@ impl Running for LinuxRun {
     }
 
     /// Recording the run's end is mostly a wait for the disk (its fdatasync); the cleanup is a
-    /// few hundred microseconds of system calls, done meanwhile by the [`Cleaner`], already
+    /// few hundred microseconds of system calls, done meanwhile by the `Cleaner`, already
     /// started and waiting, brought to this CPU first (`sys::bring_here`): it has the CPU to
     /// itself while the record waits.
     fn cleanup(mut self, record_end: &mut dyn FnMut()) -> Vec<String> {

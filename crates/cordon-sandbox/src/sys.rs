@@ -483,9 +483,8 @@ fn leave(others: &rustix::thread::CpuSet, all: &rustix::thread::CpuSet) {
 }
 
 /// Restricts a parked thread (one blocked, waiting to be handed work) to the caller's CPU, for
-/// work meant to fill the time the caller then spends waiting (on the disk, say); returns the
-/// CPUs the thread may use otherwise, for it to take back with [`unpin`] once it runs. Woken
-/// where it last ran, the thread would wait for an idle CPU to wake, which is dear on a virtual
+/// work meant to fill the time the caller then spends waiting (on the disk, say). Woken where
+/// it last ran, the thread would wait for an idle CPU to wake, which is dear on a virtual
 /// machine: a wakeup across CPUs costs ~40-190 µs here when the host is quiet and up to ~0.8 ms
 /// when it is loaded, against ~6-30 µs on one CPU (a pipe ping-pong, hot and after idling);
 /// and the caller's own wakeup, when the thread is done, is then across CPUs too. The thread
