@@ -1732,16 +1732,14 @@ impl LinuxRun {
             });
             // A message already read into the buffer is not announced by the pipe again.
             let buffered = status_open && !self.status.buffer().is_empty();
-            let status_events = if status_open {
-                PollFlags::IN
-            } else {
-                PollFlags::empty()
-            };
-            let mut fds = [
+            // Once done with, the pipe is left out: its hangup would end every poll at once.
+            let mut fds = vec![
                 PollFd::new(&self.pidfd, PollFlags::IN),
                 PollFd::new(&sigfd, PollFlags::IN),
-                PollFd::new(self.status.get_ref(), status_events),
             ];
+            if status_open {
+                fds.push(PollFd::new(self.status.get_ref(), PollFlags::IN));
+            }
             let zero = rustix::time::Timespec {
                 tv_sec: 0,
                 tv_nsec: 0,
@@ -1753,9 +1751,11 @@ impl LinuxRun {
             let exited = fds[0].revents().contains(PollFlags::IN);
             let signalled = fds[1].revents().contains(PollFlags::IN);
             let said = buffered
-                || fds[2]
-                    .revents()
-                    .intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR);
+                || fds.get(2).is_some_and(|f| {
+                    f.revents()
+                        .intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR)
+                });
+            drop(fds);
             if said && !exited {
                 // Init writes each message whole, in one write of less than a pipe's atomic
                 // size: a readable pipe holds a whole line, and reading it does not block.
