@@ -656,7 +656,7 @@ impl Starting {
     }
 }
 
-/// A thread, started while the command runs, that reaps init and takes the sandbox's mounts
+/// A thread, started while init builds, that reaps init and takes the sandbox's mounts
 /// down once init is gone (see `mount_ns` in `Starting::launch`): letting go of the mount
 /// namespace waits for the kernel (an RCU grace period, the superblocks), and a thread started
 /// for it only then, at the run's end, cost that end up to ~0.2 ms more on this machine than
@@ -694,8 +694,9 @@ fn reap_now(pidfd: &OwnedFd) {
     );
 }
 
-/// A thread, started while the command runs, that cleans up after the run (`LinuxRun::clean_up`)
-/// while the launcher records the run's end. Started only then, a thread cost the run's end
+/// A thread, started while init builds and kept on the launcher's CPU (its creator calls
+/// [`Cleaner::start`] under `sys::spawning_here`), that cleans up after the run
+/// (`LinuxRun::clean_up`) while the launcher records the run's end. Started only then, a thread cost the run's end
 /// 0.2–0.3 ms on this machine (its stack, the clone, its first run), as long as the cleanup.
 /// Its steps come back over a channel, not through a join: a thread's own exit (unmapping its
 /// signal stack, releasing its stack's pages) is not the launcher's to wait for.
@@ -710,7 +711,7 @@ impl Cleaner {
     fn start() -> io::Result<Cleaner> {
         let (run, handed) = std::sync::mpsc::sync_channel::<Box<LinuxRun>>(1);
         let (done, steps) = std::sync::mpsc::sync_channel(1);
-        let thread = sys::spawn_elsewhere("cordon-cleanup", 256 * 1024, move || {
+        let thread = sys::builder("cordon-cleanup", 256 * 1024).spawn(move || {
             // Nothing handed over (the run was dropped instead): nothing to do here.
             let Ok(run) = handed.recv() else { return };
             // Brought to the launcher's CPU (`sys::bring_here`), it stays there: the launcher,

@@ -497,8 +497,8 @@ pub fn bring_here<T>(handle: &std::thread::JoinHandle<T>) {
     }
 }
 
-/// A thread named `name` with a stack of `stack_size` bytes, for the spawner above.
-fn builder(name: &str, stack_size: usize) -> std::thread::Builder {
+/// A thread named `name` with a stack of `stack_size` bytes.
+pub fn builder(name: &str, stack_size: usize) -> std::thread::Builder {
     std::thread::Builder::new()
         .name(name.to_owned())
         .stack_size(stack_size)
