@@ -225,6 +225,30 @@ impl StateDir {
     pub fn is_contained(&self, run_id: &str) -> bool {
         self.entry(run_id, "contained").is_ok_and(|p| p.exists())
     }
+
+    /// Whether the removal of what earlier runs left behind is due: it last started `every` or
+    /// longer ago, by the stamp file `.housekeeping` (no run id contains a dot), or never, or at
+    /// a time the clock now puts in the future. When it is due the stamp is renewed at once, so
+    /// that runs started meanwhile skip it; a stamp that cannot be renewed leaves it due every
+    /// time (the removal is whole at each step, so runs doing it at once do no harm).
+    pub fn housekeeping_due(&self, every: std::time::Duration) -> bool {
+        let stamp = self.path.join(".housekeeping");
+        let age = fs::metadata(&stamp)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
+        if age.is_some_and(|a| a < every) {
+            return false;
+        }
+        let _ = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&stamp)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        true
+    }
 }
 
 #[cfg(test)]
@@ -247,6 +271,35 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    /// Due the first time, not again within the interval, due once the stamp is older than it
+    /// (and when the clock puts the stamp in the future).
+    #[test]
+    fn housekeeping_is_due_once_per_interval() {
+        use std::time::{Duration, SystemTime};
+        let base = tempfile::tempdir().unwrap();
+        let d = StateDir {
+            path: base.path().to_path_buf(),
+        };
+        let every = Duration::from_secs(10);
+        assert!(d.housekeeping_due(every), "never done: due");
+        assert!(!d.housekeeping_due(every), "just done: not due");
+        assert!(!d.housekeeping_due(every), "still not due");
+        let stamp = fs::File::options()
+            .write(true)
+            .open(base.path().join(".housekeeping"))
+            .unwrap();
+        stamp
+            .set_modified(SystemTime::now() - Duration::from_secs(11))
+            .unwrap();
+        assert!(d.housekeeping_due(every), "older than the interval: due");
+        assert!(!d.housekeeping_due(every), "and renewed");
+        stamp
+            .set_modified(SystemTime::now() + Duration::from_secs(3600))
+            .unwrap();
+        assert!(d.housekeeping_due(every), "a stamp in the future: due");
+        assert!(d.list().is_empty(), "the stamp is not a run");
     }
 
     #[test]
