@@ -735,9 +735,9 @@ impl Cleaner {
 /// How often, at most, a run as root looks for what earlier runs left behind ([`housekeeping`]).
 /// Looking took ~0.2-0.4 ms of CPU per run here (reading the state directory, the run cgroups of
 /// every hierarchy and the eBPF pins), which a run of a short command paid beside the command on
-/// a machine of two CPUs (0.5-2.5 % of a `cordon run -- /bin/true`, in paired runs); leftovers are rare (a
-/// cordon killed before its teardown) and wait this long at most, and a stale cgroup is not
-/// removed before it is a minute old anyway.
+/// a machine of two CPUs (0.5-2.5 % of a `cordon run -- /bin/true`, in paired runs); leftovers
+/// are rare (a cordon killed before its teardown) and wait this long at most, and a stale cgroup
+/// is not removed before it is a minute old anyway.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
 
 /// Removes what runs whose cordon died before its teardown left behind — empty cgroups, eBPF
