@@ -5,7 +5,11 @@
 #
 # Usage: interleave.py RUNS WARMUP OUT.json NAME CMD... [::: NAME CMD...]...
 # Writes {"NAME": [seconds, ...], ...} to OUT.json, in the order first given; a name given more
-# than once is run that many times an iteration, its samples pooled. A command that exits with
+# than once is run that many times an iteration, its samples pooled. Beside it, OUT.cpu.json
+# holds, the same way, the CPU time the whole machine spent during each run (user, system and
+# interrupt time of every CPU in /proc/stat; steal excluded): the process tree, whichever of its
+# processes were reaped or not, and the kernel's worker threads that dismantle its namespaces
+# and cgroups. It counts in 10 ms ticks, so only a mean over many runs means anything. A command that exits with
 # anything but 0 stops it with an error. Output of the commands goes to /dev/null.
 import json
 import os
@@ -28,25 +32,40 @@ def main():
     devnull = os.open(os.devnull, os.O_WRONLY)
     actions = [(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)]
 
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def busy():
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        # cpu user nice system idle iowait irq softirq steal ...
+        return sum(int(fields[i]) for i in (1, 2, 3, 6, 7)) / tick
+
     def once(argv):
+        before = busy()
         t = time.perf_counter()
         pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions)
         _, status = os.waitpid(pid, 0)
         elapsed = time.perf_counter() - t
+        used = busy() - before
         if status != 0:
             sys.exit(f"interleave.py: {' '.join(argv)} exited with status {status}")
-        return elapsed
+        return elapsed, used
 
     for _ in range(warmup):
         for g in groups:
             once(g[1:])
     times = {g[0]: [] for g in groups}
+    cpu = {g[0]: [] for g in groups}
     for i in range(runs):
         for k in range(len(groups)):
             g = groups[(i + k) % len(groups)]
-            times[g[0]].append(once(g[1:]))
+            elapsed, used = once(g[1:])
+            times[g[0]].append(elapsed)
+            cpu[g[0]].append(used)
     with open(out, "w") as f:
         json.dump(times, f)
+    with open(out.removesuffix(".json") + ".cpu.json", "w") as f:
+        json.dump(cpu, f)
 
 
 main()
