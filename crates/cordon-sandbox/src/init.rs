@@ -77,12 +77,15 @@ pub fn main(args: &[String]) -> ! {
 /// The calling process must have been cloned (fork semantics) from a process that had exactly
 /// one thread at the time, so that no lock is held by a thread that does not exist here; and
 /// the caller must never return into code that uses or drops descriptors other than
-/// `config.sync_fd` and `config.status_fd`.
+/// `config.sync_fd`, `config.status_fd` and the tree's in `config.tree`.
 pub unsafe fn forked(config: &InitConfig) -> ! {
-    // Only the standard streams and init's two pipe ends stay open: nothing cordon holds (its
+    // Only the standard streams, init's two pipe ends and the tree built ahead (moved into
+    // place, and closed, before the command exists) stay open: nothing cordon holds (its
     // ledger, the cgroup and eBPF descriptors, the launcher's ends of the pipes) reaches the
     // sandbox.
-    if sys::close_all_but(&[config.sync_fd, config.status_fd]).is_err() {
+    let mut keep = vec![config.sync_fd, config.status_fd];
+    keep.extend(config.tree.map(|(fd, _)| fd));
+    if sys::close_all_but(&keep).is_err() {
         let _ = sys::write_all_raw(
             config.status_fd,
             b"{\"Error\":{\"stage\":\"init\",\"message\":\"could not close inherited descriptors\"}}\n",
@@ -253,7 +256,16 @@ fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
     }
 
     let mut clock = Stopwatch::start();
-    let mounts = mounts::build(plan).stage("mounts")?;
+    let mounts = match config.tree {
+        Some((fd, made)) => {
+            // SAFETY: the launcher passed this descriptor (the tree it built ahead) for this
+            // process, which inherited it in the fork; wrapped exactly once, here.
+            let tree = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            mounts::attach(tree, made)
+        }
+        None => mounts::build(plan),
+    }
+    .stage("mounts")?;
     clock.lap("mounts");
     cordon_runtime::mark("init: mounts");
 

@@ -181,7 +181,7 @@ impl Backend for LinuxBackend {
         let wanted = self.privileged && plan.net == NetPlan::None;
         // A thread joined before the clone, which the kernel may still list then.
         let mut joined = None;
-        let net = match self.net.take() {
+        let mut net = match self.net.take() {
             Some(pending) if wanted => Some(pending),
             // Not wanted after all: its thread is joined, so that init can still be forked
             // from a single thread.
@@ -192,6 +192,11 @@ impl Backend for LinuxBackend {
             None if wanted => netns::prepare().ok(),
             None => None,
         };
+        // Its thread builds the run's tree next (see `mounts::build_ahead`), while the cgroup is
+        // made here.
+        if let Some(pending) = &mut net {
+            pending.build_tree(plan);
+        }
         let cgroup = match self.layout() {
             Some(layout) => Some({
                 RunCgroup::create(
@@ -335,7 +340,7 @@ impl Starting {
         // thread is joined this process has one thread again (see `own_status`).
         // If it could not be made (a /proc without `thread-self`, say), the clone makes the
         // namespace as it would without one, init brings loopback up, and the report says which.
-        let net = net.and_then(|pending| pending.wait().ok());
+        let mut net = net.and_then(|pending| pending.wait().ok());
         cordon_runtime::mark("netns joined");
 
         // Init is this process cloned without an exec when that is safe: root (so that the
@@ -351,6 +356,13 @@ impl Starting {
             .map_err(|e| BackendError::new("init", format!("/proc/self/status: {e}")))?;
         let forked = backend.privileged && single;
         let inherited_filters = own.seccomp_filters;
+        // The tree built ahead, which a forked init inherits; an executed init builds its own.
+        // A tree that could not be built refuses the run, as init's failure to build it would.
+        let tree = match net.as_mut().and_then(netns::NetNs::take_tree) {
+            Some(Ok(tree)) if forked => Some(tree),
+            Some(Err(e)) => return Err(BackendError::new("mounts", e.to_string())),
+            _ => None,
+        };
         let config = InitConfig {
             plan: plan.clone(),
             sync_fd: sync_r.as_raw_fd(),
@@ -358,6 +370,7 @@ impl Starting {
             unprivileged: !backend.privileged,
             user_ns_limits: user_ns_limits(),
             loopback: plan.net == NetPlan::None && net.is_none(),
+            tree: tree.as_ref().map(|t| (t.raw_fd(), t.mounts())),
         };
         let exec = if forked {
             None
@@ -428,7 +441,7 @@ impl Starting {
         };
         cordon_runtime::mark("cloned");
         self.init = Some((pid, pidfd.try_clone().map_err(err("clone3"))?));
-        drop((sync_r, status_w, joins, exec));
+        drop((sync_r, status_w, joins, exec, tree));
         write_id_maps(pid, plan, backend.privileged).map_err(err("uid_map"))?;
         let mut sync = File::from(sync_w);
         sync.write_all(&[GO_BUILD]).map_err(err("sync"))?;

@@ -6,6 +6,15 @@
 //! Order: every source is captured first as a detached clone (`open_tree`), so that mounting the
 //! new root cannot hide a source; then the root is assembled, `pivot_root` makes it `/`, the old
 //! root is detached, and `/` itself is remounted read-only.
+//!
+//! As root the tree is built ahead, on the host ([`build_ahead`], on the thread that makes the
+//! run's network namespace, while the launcher creates the cgroup): in a mount namespace of that
+//! thread's own, with the file-system identity init would have (the plan's host uid and gid, no
+//! supplementary groups, so no access the command's identity lacks), and then cloned out whole
+//! as one detached tree. Init only moves it into its namespace, mounts its `/proc` on it (which
+//! must come from inside the run's pid namespace) and pivots ([`attach`]): the ~0.6 ms of
+//! assembling it were off the path to the command's start. Otherwise ([`build`]) init assembles
+//! it itself, in the same steps.
 
 use std::fs;
 use std::io;
@@ -52,14 +61,114 @@ const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
 /// Builds the tree for `plan` and makes it the root. Returns how many mounts were made.
 pub fn build(plan: &Plan) -> Result<usize, MountError> {
+    make_private()?;
+    let count = assemble(plan, Path::new(STAGING), true)?;
+    enter(Path::new(STAGING))?;
+    Ok(count)
+}
+
+/// A tree built ahead on the host ([`build_ahead`]): detached, in no mount namespace, held by
+/// the descriptor `open_tree` returned, until init moves it into its own ([`attach`]).
+#[derive(Debug)]
+pub struct Tree {
+    fd: OwnedFd,
+    mounts: usize,
+}
+
+impl Tree {
+    /// The descriptor, for init to find once forked (see `InitConfig::tree`).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.fd)
+    }
+
+    /// The mounts it holds (its `/proc` is not among them: init mounts that).
+    pub fn mounts(&self) -> usize {
+        self.mounts
+    }
+}
+
+/// On a thread of the launcher (root), which this leaves in a mount namespace of its own and
+/// with the file-system identity of `plan.identity`'s host ids: builds the tree for `plan` as
+/// [`build`] does, without `/proc`, read-only, and clones it out detached. The thread must do
+/// nothing else afterwards (its identity and mounts are no longer the process's).
+pub fn build_ahead(plan: &Plan) -> Result<Tree, MountError> {
     let root = Path::new("/");
-    // Nothing done here may propagate back to the host's mount namespace.
+    // SAFETY: only the file-system attributes (root, cwd, umask) and the mount namespace are
+    // unshared, and only for this thread: the descriptor table and memory stay shared.
+    unsafe {
+        rustix::thread::unshare_unsafe(
+            rustix::thread::UnshareFlags::FS | rustix::thread::UnshareFlags::NEWNS,
+        )
+    }
+    .map_err(err("unshare the mount namespace for", root))?;
+    make_private()?;
+    sys::take_fs_identity(plan.identity.host_uid, plan.identity.host_gid)
+        .map_err(err("take the command's file-system identity for", root))?;
+    let staging = Path::new(STAGING);
+    let mounts = assemble(plan, staging, false)?;
+    mount_remount(
+        staging,
+        MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+        c"",
+    )
+    .map_err(err("remount read-only", staging))?;
+    let fd = open_tree(
+        rustix::fs::CWD,
+        staging,
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_RECURSIVE,
+    )
+    .map_err(err("clone the tree at", staging))?;
+    Ok(Tree { fd, mounts })
+}
+
+/// In init: moves the tree built ahead (`fd`, holding `mounts` mounts) into init's mount
+/// namespace, mounts the run's `/proc` on it, and makes it the root. Returns how many mounts
+/// were made.
+pub fn attach(fd: OwnedFd, mounts: usize) -> Result<usize, MountError> {
+    make_private()?;
+    let staging = Path::new(STAGING);
+    move_mount(
+        fd.as_fd(),
+        "",
+        rustix::fs::CWD,
+        staging,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(err("attach the tree built ahead on", staging))?;
+    drop(fd);
+    mount_proc(&staging.join("proc"))?;
+    enter(staging)?;
+    Ok(mounts + 1)
+}
+
+/// Makes every mount of the calling thread's namespace private: nothing done in it may
+/// propagate back to the host's mount namespace.
+fn make_private() -> Result<(), MountError> {
+    let root = Path::new("/");
     mount_change(
         root,
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
-    .map_err(err("make private", root))?;
+    .map_err(err("make private", root))
+}
 
+/// A fresh `/proc` at `at` for the calling process's pid namespace.
+fn mount_proc(at: &Path) -> Result<(), MountError> {
+    mount(
+        "proc",
+        at,
+        "proc",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        c"",
+    )
+    .map_err(err("mount proc on", at))
+}
+
+/// Assembles the tree for `plan` on a tmpfs mounted at `staging` (steps 1-7; `/proc` only when
+/// `proc`, else just its directory). Returns how many mounts were made.
+fn assemble(plan: &Plan, staging: &Path, proc: bool) -> Result<usize, MountError> {
     // 1. Capture every source before anything is mounted over anything. Each is reached without
     //    following a symlink and must still be the file the spec was checked against, so a
     //    grant cannot be swapped (by another run, another user) between check and mount.
@@ -96,7 +205,6 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
     }
 
     // 2. The new root: a small tmpfs that will be read-only once assembled.
-    let staging = Path::new(STAGING);
     mount(
         "cordon-root",
         staging,
@@ -160,26 +268,26 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
         count += 1;
     }
 
-    // 5. /proc for the sandbox's own pid namespace.
+    // 5. /proc for the sandbox's own pid namespace (mounted from inside it: by init).
     let proc_dir = at(Path::new("/proc"));
     dirs.ensure(&proc_dir)?;
-    mount(
-        "proc",
-        &proc_dir,
-        "proc",
-        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-        c"",
-    )
-    .map_err(err("mount proc on", &proc_dir))?;
-    count += 1;
+    if proc {
+        mount_proc(&proc_dir)?;
+        count += 1;
+    }
 
     // 6. A minimal /dev.
     count += build_dev(&mut dirs, &at(Path::new("/dev")), devices)?;
 
     // 7. /etc basics when /etc is not granted.
     write_etc(&mut dirs, staging, plan)?;
+    Ok(count)
+}
 
-    // 8. Swap roots and let go of the old one.
+/// Step 8: makes the tree at `staging` the root, lets go of the old one, and makes `/`
+/// read-only.
+fn enter(staging: &Path) -> Result<(), MountError> {
+    let root = Path::new("/");
     std::env::set_current_dir(staging).map_err(err("chdir", staging))?;
     rustix::process::pivot_root(".", ".").map_err(err("pivot_root", staging))?;
     unmount(".", UnmountFlags::DETACH).map_err(err("detach old root", staging))?;
@@ -190,7 +298,7 @@ pub fn build(plan: &Plan) -> Result<usize, MountError> {
         c"",
     )
     .map_err(err("remount read-only", root))?;
-    Ok(count)
+    Ok(())
 }
 
 /// A detached clone of the tree at `path`, reached without following any symlink and checked

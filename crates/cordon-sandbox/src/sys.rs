@@ -122,6 +122,31 @@ pub fn mount_setattr(
     .map(drop)
 }
 
+/// Gives the calling thread alone (raw system calls: glibc would apply `setgroups` to every
+/// thread) the file-system identity `uid`:`gid` with no supplementary groups. Leaving fsuid 0
+/// also clears the thread's file-system capabilities (`CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`,
+/// `CAP_FOWNER`, …): paths are then reached, and files created, as that user. Other
+/// capabilities (`CAP_SYS_ADMIN`: mounting) stay. Checked by reading the ids back.
+pub fn take_fs_identity(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: setgroups with a count of 0 reads no memory.
+    check(unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) })?;
+    // setfsgid/setfsuid report no error; `-1` (u32::MAX) only reads the current value back.
+    // SAFETY: setfsgid takes an integer and touches no memory.
+    unsafe { libc::syscall(libc::SYS_setfsgid, gid) };
+    // SAFETY: as above, setfsuid.
+    unsafe { libc::syscall(libc::SYS_setfsuid, uid) };
+    // SAFETY: as above.
+    let fsgid = unsafe { libc::syscall(libc::SYS_setfsgid, u32::MAX) };
+    // SAFETY: as above.
+    let fsuid = unsafe { libc::syscall(libc::SYS_setfsuid, u32::MAX) };
+    if (fsuid, fsgid) != (libc::c_long::from(uid), libc::c_long::from(gid)) {
+        return Err(io::Error::other(format!(
+            "fsuid/fsgid are {fsuid}/{fsgid}, not {uid}/{gid}"
+        )));
+    }
+    Ok(())
+}
+
 /// `execveat(fd, "", argv, envp, AT_EMPTY_PATH)`. Returns only on failure.
 ///
 /// Async-signal-safe: performs no allocation.

@@ -377,6 +377,133 @@ fn a_grant_replaced_after_the_check_is_refused() {
     );
 }
 
+/// The tree's sources are reached with the command's identity (the plan's host uid, no
+/// supplementary groups), not root's, however the tree is built: ahead, on the launcher's
+/// namespace thread (no network), or by init (`--net allow:`, which makes no namespace ahead).
+/// A grant below a directory only root may search is refused (exit 125, naming the mounts); a
+/// private workspace of the command's own is bound. Negative control: root on the host reads
+/// the file the refused grant holds.
+#[test]
+fn grants_are_reached_with_the_commands_identity_however_the_tree_is_built() {
+    if !privileged("grants_are_reached_with_the_commands_identity_however_the_tree_is_built") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let area = Area::new();
+    let locked = area.path("root-only");
+    fs::create_dir(&locked).unwrap();
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o700)).unwrap();
+    let grant = locked.join("grant");
+    fs::create_dir(&grant).unwrap();
+    fs::set_permissions(&grant, fs::Permissions::from_mode(0o755)).unwrap();
+    let hidden = grant.join("f");
+    fs::write(&hidden, "behind a root-only directory\n").unwrap();
+    let hidden = hidden.display().to_string();
+    let out = host(&["/bin/cat", &hidden]);
+    assert!(
+        stdout(&out).contains("behind a root-only directory"),
+        "control: root reads it on the host"
+    );
+
+    let private = area.workspace("private");
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+    let own = private.join("f");
+    fs::write(&own, "the command's own\n").unwrap();
+    std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+    fs::set_permissions(&own, fs::Permissions::from_mode(0o600)).unwrap();
+    let own = own.display().to_string();
+
+    let grant = grant.display().to_string();
+    let private = private.display().to_string();
+    for net in [&[][..], &["--net", "allow:127.0.0.1/32:9"][..]] {
+        let mut flags = vec!["--read", grant.as_str()];
+        flags.extend_from_slice(net);
+        let r = area.run(&flags, &["/bin/cat", &hidden]);
+        assert_eq!(r.code(), 125, "{net:?}: {}", r.explain());
+        let err = r.stderr();
+        assert!(
+            err.contains("mounts") && err.contains("Permission denied"),
+            "{net:?}: {err}"
+        );
+
+        let mut flags = vec!["--read", private.as_str()];
+        flags.extend_from_slice(net);
+        let r = area.run(&flags, &["/bin/cat", &own]);
+        assert!(
+            r.ok().contains("the command's own"),
+            "{net:?}: {}",
+            r.explain()
+        );
+    }
+}
+
+/// Nothing of the sandbox's tree reaches the host's mount namespace, even when a grant is a
+/// shared mount (whose copies would otherwise join its peer group): a grant nested in it is
+/// mounted into the copy alone. Negative control: a mount made in a copy of the host's
+/// namespace that keeps propagation (`unshare --propagation unchanged`) does appear on the host.
+#[test]
+fn no_mount_of_the_tree_propagates_to_the_host() {
+    if !privileged("no_mount_of_the_tree_propagates_to_the_host") {
+        return;
+    }
+    let area = Area::new();
+    let shared = area.path("shared");
+    fs::create_dir(&shared).unwrap();
+    let sub = area.workspace("shared/sub");
+    let (d, s) = (shared.display().to_string(), sub.display().to_string());
+    let below = |path: &str| {
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.split(' ').nth(4) == Some(path))
+            .count()
+    };
+    struct Unmount(String);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = host(&["/usr/bin/umount", "-l", &self.0]);
+        }
+    }
+    assert!(host(&["/usr/bin/mount", "--bind", &d, &d]).status.success());
+    let _bound = Unmount(d.clone());
+    assert!(
+        host(&["/usr/bin/mount", "--make-shared", &d])
+            .status
+            .success()
+    );
+
+    let ctl = host(&[
+        "/usr/bin/unshare",
+        "-m",
+        "--propagation",
+        "unchanged",
+        "/usr/bin/mount",
+        "-t",
+        "tmpfs",
+        "control",
+        &s,
+    ]);
+    assert!(ctl.status.success(), "{ctl:?}");
+    assert_eq!(below(&s), 1, "control: the mount propagated to the host");
+    assert!(host(&["/usr/bin/umount", &s]).status.success());
+    assert_eq!(below(&s), 0);
+
+    for net in [&[][..], &["--net", "allow:127.0.0.1/32:9"][..]] {
+        let mut flags = vec!["--read", d.as_str(), "--write", s.as_str()];
+        flags.extend_from_slice(net);
+        let r = area.run(
+            &flags,
+            &["/bin/sh", "-c", &format!("echo in > {s}/f && cat {s}/f")],
+        );
+        assert!(r.ok().contains("in"), "{net:?}: {}", r.explain());
+        assert_eq!(
+            below(&s),
+            0,
+            "{net:?}: a mount of the tree appeared on the host"
+        );
+    }
+}
+
 /// The command starts with every signal at its default disposition and none blocked, though
 /// cordon's own runtime ignores `SIGPIPE` (and the test runner passes others ignored): `yes |
 /// head -n 1` ends quietly, `yes` killed by the signal. Negative control: the `cordon` process
