@@ -488,27 +488,35 @@ impl Starting {
             self.registered = Some((reg.dir.clone(), plan.run_id.clone()));
         }
 
-        // While init builds: its namespaces, from the host.
-        let namespaces = verify_namespaces(pid, plan, net.as_ref().map(netns::NetNs::inode));
+        // While init builds: its namespaces, from the host, all through one open of its
+        // `/proc/<pid>/ns` (each path walk through `/proc` was ~15 µs here).
+        let init_ns = NsDir::open(pid);
+        let namespaces = verify_namespaces(
+            init_ns.as_ref(),
+            plan,
+            net.as_ref().map(netns::NetNs::inode),
+        );
         drop(net);
-        let ns_pid = ns_inode(pid, "pid");
+        let ns_pid = init_ns.as_ref().and_then(|d| d.inode("pid"));
         // Held until init is gone, so that the last reference to the sandbox's mount namespace
         // is cordon's: taking its mounts down (an RCU grace period, the superblocks of its
         // tmpfs, proc and devpts) is then not part of init's exit, which the run's end waits
         // for, but done on a thread of its own while the run is torn down and `run.end` made
         // durable. No process is left in it by then (the pid namespace dies with init), and
         // nothing can enter it through this descriptor but cordon, as root.
-        let mount_ns = ns_handle(pid, "mnt");
+        let mount_ns = init_ns.as_ref().and_then(|d| d.handle("mnt"));
         // Likewise the network namespace, let go of last: the kernel dismantles a network
         // namespace on a worker thread (unregistering loopback, RCU grace periods), which, set
         // off by init's exit, competed with this process for the CPUs while the run ended.
         let net_ns = (plan.net == NetPlan::None)
-            .then(|| ns_handle(pid, "net"))
+            .then(|| init_ns.as_ref().and_then(|d| d.handle("net")))
             .flatten();
-        // The threads for the run's end are started now, while this thread waits for init, and
-        // not once the command runs: a short command (`/bin/true` is over in ~0.8 ms) shared a
-        // CPU with their first run. The cleaner is kept on this CPU from the start (see
-        // `Cleaner`); without it (it could not be started) the launcher cleans up itself.
+        drop(init_ns);
+        // The threads for the run's end are started now, while init starts the command on its
+        // CPU: while init built the boundary this thread's own work (eBPF, registration, the
+        // namespace checks) was the longer, and starting them there made it longer still (~0.2
+        // ms). The cleaner is kept on this CPU from the start (see `Cleaner`); without it (it
+        // could not be started) the launcher cleans up itself.
         let unmounter = mount_ns
             .is_some()
             .then(Unmounter::start)
@@ -971,13 +979,39 @@ fn read_message(r: &mut BufReader<File>) -> io::Result<Option<Message>> {
 }
 
 /// A descriptor holding namespace `ns` of process `pid`.
-fn ns_handle(pid: i32, ns: &str) -> Option<OwnedFd> {
-    rustix::fs::open(
-        format!("/proc/{pid}/ns/{ns}"),
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .ok()
+/// A process's `/proc/<pid>/ns`, opened once: its namespaces' inodes and handles without a walk
+/// through `/proc` for each. Bound to that process: once it is gone, nothing is found.
+struct NsDir(OwnedFd);
+
+impl NsDir {
+    fn open(pid: i32) -> Option<NsDir> {
+        use rustix::fs::OFlags;
+        rustix::fs::open(
+            format!("/proc/{pid}/ns"),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()
+        .map(NsDir)
+    }
+
+    /// The inode of namespace `ns` (`mnt`, `net`…), as `stat` of its link shows.
+    fn inode(&self, ns: &str) -> Option<u64> {
+        rustix::fs::statat(&self.0, ns, rustix::fs::AtFlags::empty())
+            .ok()
+            .map(|st| st.st_ino)
+    }
+
+    /// A descriptor of namespace `ns`, which keeps it alive.
+    fn handle(&self, ns: &str) -> Option<OwnedFd> {
+        rustix::fs::openat(
+            &self.0,
+            ns,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()
+    }
 }
 
 fn ns_inode(pid: i32, ns: &str) -> Option<u64> {
@@ -992,16 +1026,23 @@ fn ns_inode(pid: i32, ns: &str) -> Option<u64> {
 /// one. Made while init builds the boundary (the namespaces came with the clone; a process
 /// changes its own only by `unshare`/`setns`, which init does not call and its seccomp filter
 /// then kills).
-fn verify_namespaces(pid: i32, plan: &Plan, prepared_net: Option<u64>) -> ProviderReport {
+fn verify_namespaces(
+    init: Option<&NsDir>,
+    plan: &Plan,
+    prepared_net: Option<u64>,
+) -> ProviderReport {
     use EnforcementState::*;
     let mut wanted: Vec<&str> = NAMESPACES.to_vec();
     if plan.net == NetPlan::None {
         wanted.push("net");
     }
-    let me = std::process::id() as i32;
+    let me = NsDir::open(std::process::id() as i32);
     let mut same = Vec::new();
     for ns in &wanted {
-        match (ns_inode(pid, ns), ns_inode(me, ns)) {
+        match (
+            init.and_then(|d| d.inode(ns)),
+            me.as_ref().and_then(|d| d.inode(ns)),
+        ) {
             (Some(a), Some(b)) if a != b => {}
             _ => same.push(*ns),
         }
@@ -1014,7 +1055,7 @@ fn verify_namespaces(pid: i32, plan: &Plan, prepared_net: Option<u64>) -> Provid
         );
     }
     match prepared_net {
-        Some(made) if !in_netns(pid, made) => ProviderReport::new(
+        Some(made) if init.and_then(|d| d.inode("net")) != Some(made) => ProviderReport::new(
             "namespaces",
             VerificationFailed,
             format!("init is not in the network namespace cordon made (inode {made})"),
@@ -1034,11 +1075,6 @@ fn verify_namespaces(pid: i32, plan: &Plan, prepared_net: Option<u64>) -> Provid
             format!("new {} (inodes differ from cordon's)", wanted.join(", ")),
         ),
     }
-}
-
-/// Whether process `pid` is in the network namespace whose inode is `inode`.
-fn in_netns(pid: i32, inode: u64) -> bool {
-    ns_inode(pid, "net") == Some(inode)
 }
 
 /// This process's status (for the seccomp filters it runs under), and whether the calling
@@ -1964,7 +2000,7 @@ mod tests {
             ..ready()
         };
         let mut reports = verify(pid, &plan, &ready, 0, true, None);
-        reports.push(verify_namespaces(pid, &plan, None));
+        reports.push(verify_namespaces(NsDir::open(pid).as_ref(), &plan, None));
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
         let state = |name: &str| {
@@ -2023,7 +2059,10 @@ mod tests {
         ];
         let held: Vec<bool> = children
             .iter()
-            .map(|c| in_netns(i32::try_from(c.id()).unwrap(), made.inode()))
+            .map(|c| {
+                let pid = i32::try_from(c.id()).unwrap();
+                NsDir::open(pid).and_then(|d| d.inode("net")) == Some(made.inode())
+            })
             .collect();
         for c in &mut children {
             c.kill().unwrap();
