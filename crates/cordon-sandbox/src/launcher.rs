@@ -17,6 +17,7 @@ use cordon_runtime::{
 use crate::caps::StatusCaps;
 use crate::cgroup::{CgroupLimits, Layout, LayoutKind, RunCgroup};
 use crate::landlock;
+use crate::mounts;
 use crate::netns;
 use crate::proto::{GO_BUILD, GO_EXEC, INIT_ARGV0, InitConfig, Message, Ready};
 use crate::state::{RunState, StateDir};
@@ -181,7 +182,7 @@ impl Backend for LinuxBackend {
         let wanted = self.privileged && plan.net == NetPlan::None;
         // A thread joined before the clone, which the kernel may still list then.
         let mut joined = None;
-        let mut net = match self.net.take() {
+        let net = match self.net.take() {
             Some(pending) if wanted => Some(pending),
             // Not wanted after all: its thread is joined, so that init can still be forked
             // from a single thread.
@@ -192,11 +193,14 @@ impl Backend for LinuxBackend {
             None if wanted => netns::prepare().ok(),
             None => None,
         };
-        // Its thread builds the run's tree next (see `mounts::build_ahead`), while the cgroup is
-        // made here.
-        if let Some(pending) = &mut net {
-            pending.build_tree(plan);
-        }
+        // As root the run's tree is built ahead too, on a thread of its own (see
+        // `mounts::build_ahead`), while the cgroup is made here and the namespace on its thread;
+        // if that thread cannot start, init builds the tree.
+        let tree = if self.privileged {
+            mounts::Ahead::start(plan).ok()
+        } else {
+            None
+        };
         let cgroup = match self.layout() {
             Some(layout) => Some({
                 RunCgroup::create(
@@ -222,7 +226,7 @@ impl Backend for LinuxBackend {
             egress_probe: None,
             joined,
         };
-        match started.launch(self, plan, net, gate) {
+        match started.launch(self, plan, net, tree, gate) {
             Ok(run) => Ok(run),
             Err(e) => {
                 started.abort();
@@ -316,6 +320,7 @@ impl Starting {
         backend: &LinuxBackend,
         plan: &Plan,
         net: Option<netns::Pending>,
+        tree: Option<mounts::Ahead>,
         gate: &mut dyn StartGate,
     ) -> Result<LinuxRun, BackendError> {
         let err = |stage: &'static str| move |e: io::Error| BackendError::new(stage, e);
@@ -337,11 +342,14 @@ impl Starting {
         };
         let join_fds: Vec<i32> = joins.iter().map(AsRawFd::as_raw_fd).collect();
         // The namespace made ahead, and the host's to come back to after the clone. Once its
-        // thread is joined this process has one thread again (see `own_status`).
+        // thread and the tree's are joined this process has one thread again (see
+        // `own_status`).
         // If it could not be made (a /proc without `thread-self`, say), the clone makes the
         // namespace as it would without one, init brings loopback up, and the report says which.
-        let mut net = net.and_then(|pending| pending.wait().ok());
+        let net = net.and_then(|pending| pending.wait().ok());
         cordon_runtime::mark("netns joined");
+        let tree = tree.and_then(mounts::Ahead::wait);
+        cordon_runtime::mark("tree joined");
 
         // Init is this process cloned without an exec when that is safe: root (so that the
         // unprivileged user-namespace paths, which need init's own exec, do not apply) and a
@@ -352,15 +360,26 @@ impl Starting {
         // One read of this process's status gives both its thread count and the seccomp
         // filters it runs under (init inherits them: the host-side check wants init's own on
         // top of these, not merely some).
-        let (own, single) = own_status(net.as_ref().map(netns::NetNs::maker).or(self.joined))
+        let joined: Vec<i32> = [
+            net.as_ref().map(netns::NetNs::maker),
+            self.joined,
+            tree.as_ref().map(|(tid, _)| *tid),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let (own, single) = own_status(&joined)
             .map_err(|e| BackendError::new("init", format!("/proc/self/status: {e}")))?;
         let forked = backend.privileged && single;
         let inherited_filters = own.seccomp_filters;
-        // The tree built ahead, which a forked init inherits; an executed init builds its own.
-        // A tree that could not be built refuses the run, as init's failure to build it would.
-        let tree = match net.as_mut().and_then(netns::NetNs::take_tree) {
-            Some(Ok(tree)) if forked => Some(tree),
-            Some(Err(e)) => return Err(BackendError::new("mounts", e.to_string())),
+        // The tree built ahead, which a forked init inherits; an executed init builds its own
+        // (and reports why it cannot). A tree that could not be built refuses the run, as
+        // init's failure to build it would.
+        let tree = match tree {
+            Some((_, Ok(tree))) if forked => Some(tree),
+            Some((_, Err(e))) if forked => {
+                return Err(BackendError::new("mounts", e.to_string()));
+            }
             _ => None,
         };
         let config = InitConfig {
@@ -1079,16 +1098,19 @@ fn verify_namespaces(
 
 /// This process's status (for the seccomp filters it runs under), and whether the calling
 /// thread is the only one that can still run code of this process. A helper thread that was
-/// joined (`joined`, its id) has run the last of its code (its joiner is woken only once the
-/// thread is done with the address space), but the kernel counts and lists it until it has
+/// joined (in `joined`, their ids) has run the last of its code (its joiner is woken only once
+/// the thread is done with the address space), but the kernel counts and lists it until it has
 /// finished exiting, which took over a millisecond when the hypervisor left its CPU unrun: then
-/// `/proc/self/task` must list no thread but the caller and that one.
-fn own_status(joined: Option<i32>) -> io::Result<(StatusCaps, bool)> {
+/// `/proc/self/task` must list no thread but the caller and those.
+fn own_status(joined: &[i32]) -> io::Result<(StatusCaps, bool)> {
     let me = std::process::id() as i32;
     let status = StatusCaps::read(me)?;
-    let single = match (status.threads, joined) {
-        (1, _) => true,
-        (2, Some(helper)) => only_threads(&[me, helper])?,
+    let single = match status.threads {
+        1 => true,
+        n if usize::try_from(n).is_ok_and(|n| n <= 1 + joined.len()) => {
+            let allowed: Vec<i32> = std::iter::once(me).chain(joined.iter().copied()).collect();
+            only_threads(&allowed)?
+        }
         _ => false,
     };
     Ok((status, single))

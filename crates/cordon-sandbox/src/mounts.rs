@@ -7,9 +7,9 @@
 //! new root cannot hide a source; then the root is assembled, `pivot_root` makes it `/`, the old
 //! root is detached, and `/` itself is remounted read-only.
 //!
-//! As root the tree is built ahead, on the host ([`build_ahead`], on the thread that makes the
-//! run's network namespace, while the launcher creates the cgroup): in a mount namespace of that
-//! thread's own, with the file-system identity init would have (the plan's host uid and gid, no
+//! As root the tree is built ahead, on the host ([`build_ahead`], on a thread of its own while
+//! the launcher creates the cgroup and the run's network namespace is made on another): in a
+//! mount namespace of that thread's own, with the file-system identity init would have (the plan's host uid and gid, no
 //! supplementary groups, so no access the command's identity lacks), and then cloned out whole
 //! as one detached tree. Init only moves it into its namespace, mounts its `/proc` on it (which
 //! must come from inside the run's pid namespace) and pivots ([`attach`]): the ~0.6 ms of
@@ -84,6 +84,32 @@ impl Tree {
     /// The mounts it holds (its `/proc` is not among them: init mounts that).
     pub fn mounts(&self) -> usize {
         self.mounts
+    }
+}
+
+/// [`build_ahead`] on a thread of its own, started on another CPU than the caller's
+/// (`sys::spawn_elsewhere`).
+#[derive(Debug)]
+pub struct Ahead(std::thread::JoinHandle<(i32, Result<Tree, MountError>)>);
+
+impl Ahead {
+    /// Starts building the tree for `plan`.
+    pub fn start(plan: &Plan) -> io::Result<Ahead> {
+        let plan = plan.clone();
+        sys::spawn_elsewhere("cordon-tree", 256 * 1024, move || {
+            let tid = rustix::thread::gettid().as_raw_nonzero().get();
+            let tree = build_ahead(&plan);
+            cordon_runtime::mark("tree built");
+            (tid, tree)
+        })
+        .map(Ahead)
+    }
+
+    /// Waits for the thread: its id (once this returns it has run the last of its code, though
+    /// the kernel may list it a while longer) and the tree, or why it could not be built.
+    /// `None` if the thread panicked.
+    pub fn wait(self) -> Option<(i32, Result<Tree, MountError>)> {
+        sys::join_elsewhere(self.0).ok()
     }
 }
 

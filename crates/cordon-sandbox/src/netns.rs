@@ -14,10 +14,6 @@
 //! init before it drops its capabilities, holds `CAP_NET_ADMIN` over it (no interface, route or
 //! netfilter configuration: the network stack's surface that an owned namespace exposes).
 //! The host checks that init is in exactly this namespace (its inode) before the command starts.
-//!
-//! Handed the plan ([`Pending::build_tree`]), the thread then builds the run's file-system tree
-//! ([`mounts::build_ahead`]): the namespace was made in ~0.6-0.8 ms, well before the launcher
-//! needs it, and the tree was ~0.6 ms of init's path to the command.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -25,17 +21,11 @@ use std::thread::JoinHandle;
 
 use rustix::thread::{LinkNameSpaceType, UnshareFlags};
 
-use cordon_runtime::Plan;
+use crate::sys;
 
-use crate::{mounts, sys};
-
-/// A namespace being made on its thread (which, as root, then builds the run's file-system tree
-/// too: see [`Pending::build_tree`]).
+/// A namespace being made on its thread.
 #[derive(Debug)]
-pub struct Pending {
-    thread: JoinHandle<io::Result<NetNs>>,
-    plan: Option<std::sync::mpsc::SyncSender<Plan>>,
-}
+pub struct Pending(JoinHandle<io::Result<NetNs>>);
 
 /// An empty network namespace with loopback up, owned by the host's user namespace.
 #[derive(Debug)]
@@ -46,29 +36,12 @@ pub struct NetNs {
     home: OwnedFd,
     /// The thread that made it (see [`NetNs::maker`]).
     maker: i32,
-    /// The run's tree, when the thread was asked to build it ([`Pending::build_tree`]).
-    tree: Option<Result<mounts::Tree, mounts::MountError>>,
 }
 
 /// Starts making a namespace on a thread of its own (on another CPU than the caller's when
 /// there is one: see [`sys::spawn_elsewhere`]).
 pub fn prepare() -> io::Result<Pending> {
-    let (plan, planned) = std::sync::mpsc::sync_channel(1);
-    let thread = sys::spawn_elsewhere("cordon-netns", 256 * 1024, move || {
-        let mut ns = make()?;
-        // Then, if the launcher hands over the plan, the run's tree: the last thing this thread
-        // does, for it leaves the thread in a mount namespace and an identity of its own. No
-        // plan (the sender dropped): nothing more to do.
-        if let Ok(plan) = planned.recv() {
-            ns.tree = Some(mounts::build_ahead(&plan));
-            cordon_runtime::mark("netns: tree built");
-        }
-        Ok(ns)
-    })?;
-    Ok(Pending {
-        thread,
-        plan: Some(plan),
-    })
+    sys::spawn_elsewhere("cordon-netns", 64 * 1024, make).map(Pending)
 }
 
 /// On the thread: a network namespace of its own (a thread may unshare this one alone), loopback
@@ -92,25 +65,14 @@ fn make() -> io::Result<NetNs> {
         inode,
         home,
         maker,
-        tree: None,
     })
 }
 
 impl Pending {
-    /// Asks the thread to build the run's tree for `plan` once the namespace is made
-    /// ([`mounts::build_ahead`]); [`NetNs::take_tree`] then has it. At most once.
-    pub fn build_tree(&mut self, plan: &Plan) {
-        if let Some(tx) = self.plan.take() {
-            let _ = tx.send(plan.clone());
-        }
-    }
-
     /// Waits for the thread: the namespace, once the thread has ended.
-    pub fn wait(mut self) -> io::Result<NetNs> {
+    pub fn wait(self) -> io::Result<NetNs> {
         cordon_runtime::mark("netns: joining");
-        // Not asked for a tree: the thread stops waiting for one.
-        drop(self.plan.take());
-        sys::join_elsewhere(self.thread)
+        sys::join_elsewhere(self.0)
             .map_err(|_| io::Error::other("the network namespace thread panicked"))?
     }
 }
@@ -131,12 +93,6 @@ impl NetNs {
     /// run the last of its code, though the kernel may list it a while longer.
     pub fn maker(&self) -> i32 {
         self.maker
-    }
-
-    /// The tree the thread built, if it was asked to ([`Pending::build_tree`]), or why it could
-    /// not.
-    pub fn take_tree(&mut self) -> Option<Result<mounts::Tree, mounts::MountError>> {
-        self.tree.take()
     }
 
     /// Moves the calling thread into this namespace.

@@ -378,11 +378,12 @@ fn a_grant_replaced_after_the_check_is_refused() {
 }
 
 /// The tree's sources are reached with the command's identity (the plan's host uid, no
-/// supplementary groups), not root's, however the tree is built: ahead, on the launcher's
-/// namespace thread (no network), or by init (`--net allow:`, which makes no namespace ahead).
-/// A grant below a directory only root may search is refused (exit 125, naming the mounts); a
-/// private workspace of the command's own is bound. Negative control: root on the host reads
-/// the file the refused grant holds.
+/// supplementary groups), not root's, however the tree is built: ahead, on a thread of the
+/// launcher's (`cordon run` as root, with or without a network), or by init (a launcher in a
+/// process with threads of its own, this test's, executes init rather than forking it). A grant
+/// below a directory only root may search is refused (exit 125, naming the mounts); a private
+/// workspace of the command's own is bound. Negative control: root on the host reads the file
+/// the refused grant holds.
 #[test]
 fn grants_are_reached_with_the_commands_identity_however_the_tree_is_built() {
     if !privileged("grants_are_reached_with_the_commands_identity_however_the_tree_is_built") {
@@ -435,6 +436,51 @@ fn grants_are_reached_with_the_commands_identity_however_the_tree_is_built() {
             r.explain()
         );
     }
+
+    let report = built_by_init(&area, &[&grant], &[], &["/bin/cat", &hidden]);
+    assert_eq!(
+        report.verdict,
+        cordon_runtime::Verdict::Failed,
+        "{report:?}"
+    );
+    assert!(
+        report
+            .reasons
+            .iter()
+            .any(|r| r.contains("mounts") && r.contains("Permission denied")),
+        "{:?}",
+        report.reasons
+    );
+    let report = built_by_init(&area, &[&private], &[], &["/bin/cat", &own]);
+    assert_eq!(
+        report.verdict,
+        cordon_runtime::Verdict::Allowed,
+        "{report:?}"
+    );
+}
+
+/// A run whose tree init builds: through the library, from this multi-threaded test process,
+/// where the launcher executes init instead of forking it (and init builds the tree itself).
+fn built_by_init(
+    area: &Area,
+    read: &[&str],
+    write: &[&str],
+    command: &[&str],
+) -> cordon_runtime::Report {
+    let mut paths = vec![std::path::PathBuf::from("/usr")];
+    paths.extend(read.iter().map(std::path::PathBuf::from));
+    let spec = cordon_runtime::RunSpec {
+        command: command.iter().map(|c| (*c).to_owned()).collect(),
+        read: paths,
+        write: write.iter().map(std::path::PathBuf::from).collect(),
+        base_dir: area.path(""),
+        caller: (0, 0),
+        ..cordon_runtime::RunSpec::default()
+    };
+    let plan = spec.validate("r-built-by-init").unwrap();
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
+    let mut backend = cordon_sandbox::LinuxBackend::new(exe);
+    cordon_runtime::execute(&plan, &mut backend, &mut Memory)
 }
 
 /// Nothing of the sandbox's tree reaches the host's mount namespace, even when a grant is a
@@ -502,6 +548,14 @@ fn no_mount_of_the_tree_propagates_to_the_host() {
             "{net:?}: a mount of the tree appeared on the host"
         );
     }
+    let write = format!("echo in > {s}/f");
+    let report = built_by_init(&area, &[&d], &[&s], &["/bin/sh", "-c", &write]);
+    assert_eq!(
+        report.verdict,
+        cordon_runtime::Verdict::Allowed,
+        "{report:?}"
+    );
+    assert_eq!(below(&s), 0, "init's tree: a mount appeared on the host");
 }
 
 /// The command starts with every signal at its default disposition and none blocked, though
