@@ -9,12 +9,12 @@
 //!
 //! As root the tree is built ahead, on the host ([`build_ahead`], on a thread of its own while
 //! the launcher creates the cgroup and the run's network namespace is made on another): in a
-//! mount namespace of that thread's own, with the file-system identity init would have (the plan's host uid and gid, no
-//! supplementary groups, so no access the command's identity lacks), and then cloned out whole
-//! as one detached tree. Init only moves it into its namespace, mounts its `/proc` on it (which
-//! must come from inside the run's pid namespace) and pivots ([`attach`]): the ~0.6 ms of
-//! assembling it were off the path to the command's start. Otherwise ([`build`]) init assembles
-//! it itself, in the same steps.
+//! mount namespace of that thread's own, made private first, with the file-system identity the
+//! command has (the plan's host uid and gid, no supplementary groups, so no access that identity
+//! lacks), and then cloned out whole as one detached tree. Init only moves it into its
+//! namespace, mounts its `/proc` on it (which must come from inside the run's pid namespace) and
+//! pivots ([`attach`]): the ~0.5 ms of assembling it are off the path to the command's start.
+//! Otherwise ([`build`]) init assembles it itself, in the same steps.
 
 use std::fs;
 use std::io;
