@@ -33,6 +33,30 @@ struct CapData {
     inheritable: u32,
 }
 
+/// `CAP_MKNOD`.
+pub const CAP_MKNOD: u32 = 27;
+
+/// Raises `cap` (below 32) into the calling thread's effective set, from its permitted set
+/// (`capset` applies to the calling thread alone).
+pub fn raise_effective(cap: u32) -> io::Result<()> {
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: `header` is a valid v3 header and `data` the two-element array v3 requires; both
+    // live across the call, which writes only `data`.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    data[0].effective |= 1 << cap;
+    // SAFETY: as above; capset only reads `data`.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> io::Result<()> {
     // SAFETY: the prctl options used here take integer arguments only and touch no memory.
     let r = unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0) };

@@ -62,7 +62,7 @@ const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 /// Builds the tree for `plan` and makes it the root. Returns how many mounts were made.
 pub fn build(plan: &Plan) -> Result<usize, MountError> {
     make_private()?;
-    let count = assemble(plan, Path::new(STAGING), true)?;
+    let count = assemble(plan, Path::new(STAGING), Build::Init)?;
     enter(Path::new(STAGING))?;
     Ok(count)
 }
@@ -130,8 +130,11 @@ pub fn build_ahead(plan: &Plan) -> Result<Tree, MountError> {
     make_private()?;
     sys::take_fs_identity(plan.identity.host_uid, plan.identity.host_gid)
         .map_err(err("take the command's file-system identity for", root))?;
+    // That took `CAP_MKNOD` too, which making `/dev`'s nodes needs (nothing else here does).
+    crate::caps::raise_effective(crate::caps::CAP_MKNOD)
+        .map_err(err("raise CAP_MKNOD for", root))?;
     let staging = Path::new(STAGING);
-    let mounts = assemble(plan, staging, false)?;
+    let mounts = assemble(plan, staging, Build::Ahead)?;
     mount_remount(
         staging,
         MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
@@ -192,9 +195,17 @@ fn mount_proc(at: &Path) -> Result<(), MountError> {
     .map_err(err("mount proc on", at))
 }
 
+/// Who assembles the tree: init, in its user and mount namespaces, or a thread of the launcher
+/// on the host, ahead (as root).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Build {
+    Init,
+    Ahead,
+}
+
 /// Assembles the tree for `plan` on a tmpfs mounted at `staging` (steps 1-7; `/proc` only when
-/// `proc`, else just its directory). Returns how many mounts were made.
-fn assemble(plan: &Plan, staging: &Path, proc: bool) -> Result<usize, MountError> {
+/// init builds, else just its directory). Returns how many mounts were made.
+fn assemble(plan: &Plan, staging: &Path, how: Build) -> Result<usize, MountError> {
     // 1. Capture every source before anything is mounted over anything. Each is reached without
     //    following a symlink and must still be the file the spec was checked against, so a
     //    grant cannot be swapped (by another run, another user) between check and mount.
@@ -215,20 +226,40 @@ fn assemble(plan: &Plan, staging: &Path, proc: bool) -> Result<usize, MountError
         sys::mount_setattr(fd.as_fd(), true, set, 0, None).map_err(err("restrict", &m.path))?;
         sources.push((m.path.clone(), fd, is_dir));
     }
-    let mut devices = Vec::new();
-    for d in DEVICES {
-        let host = Path::new("/dev").join(d);
-        if host.exists() {
-            let fd = open_tree(
-                rustix::fs::CWD,
-                &host,
-                OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
-            )
-            .map_err(err("bind", &host))?;
-            // Made nosuid and noexec once in place, with the rest of /dev (`build_dev`).
-            devices.push((d, fd));
+    let devices = match how {
+        Build::Init => {
+            let mut bound = Vec::new();
+            for d in DEVICES {
+                let host = Path::new("/dev").join(d);
+                if host.exists() {
+                    let fd = open_tree(
+                        rustix::fs::CWD,
+                        &host,
+                        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+                    )
+                    .map_err(err("bind", &host))?;
+                    // Made nosuid and noexec once in place, with the rest of /dev (`build_dev`).
+                    bound.push((d, fd));
+                }
+            }
+            Devices::Bound(bound)
         }
-    }
+        Build::Ahead => {
+            let mut nodes = Vec::new();
+            for d in DEVICES {
+                let host = Path::new("/dev").join(d);
+                // Only character devices are made; anything else at that path is left out, as
+                // a missing one is.
+                if let Ok(st) = rustix::fs::lstat(&host)
+                    && rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        == rustix::fs::FileType::CharacterDevice
+                {
+                    nodes.push((d, st.st_mode & 0o777, st.st_rdev));
+                }
+            }
+            Devices::Made(nodes)
+        }
+    };
 
     // 2. The new root: a small tmpfs that will be read-only once assembled.
     mount(
@@ -297,7 +328,7 @@ fn assemble(plan: &Plan, staging: &Path, proc: bool) -> Result<usize, MountError
     // 5. /proc for the sandbox's own pid namespace (mounted from inside it: by init).
     let proc_dir = at(Path::new("/proc"));
     dirs.ensure(&proc_dir)?;
-    if proc {
+    if how == Build::Init {
         mount_proc(&proc_dir)?;
         count += 1;
     }
@@ -377,11 +408,15 @@ fn noexec_when_exec_restricted(plan: &Plan, writable: &Path) -> bool {
     }
 }
 
-fn build_dev(
-    dirs: &mut Dirs,
-    dev: &Path,
-    devices: Vec<(&str, OwnedFd)>,
-) -> Result<usize, MountError> {
+/// The device nodes of the sandbox's `/dev`: the host's own, bound (init, in its user namespace,
+/// may not make any), or made alike (as root, on the host: the same device numbers and modes,
+/// without a mount each).
+enum Devices {
+    Bound(Vec<(&'static str, OwnedFd)>),
+    Made(Vec<(&'static str, u32, u64)>),
+}
+
+fn build_dev(dirs: &mut Dirs, dev: &Path, devices: Devices) -> Result<usize, MountError> {
     dirs.ensure(dev)?;
     mount(
         "cordon-dev",
@@ -392,19 +427,39 @@ fn build_dev(
     )
     .map_err(err("mount tmpfs on", dev))?;
     let mut count = 1;
-    for (name, fd) in devices {
-        // A fresh tmpfs: nothing is there yet.
-        let node = dev.join(name);
-        create_file(&node)?;
-        move_mount(
-            fd.as_fd(),
-            "",
-            rustix::fs::CWD,
-            &node,
-            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-        )
-        .map_err(err("attach", &node))?;
-        count += 1;
+    match devices {
+        Devices::Bound(bound) => {
+            for (name, fd) in bound {
+                // A fresh tmpfs: nothing is there yet.
+                let node = dev.join(name);
+                create_file(&node)?;
+                move_mount(
+                    fd.as_fd(),
+                    "",
+                    rustix::fs::CWD,
+                    &node,
+                    MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+                )
+                .map_err(err("attach", &node))?;
+                count += 1;
+            }
+        }
+        Devices::Made(nodes) => {
+            for (name, mode, rdev) in nodes {
+                let node = dev.join(name);
+                let mode = rustix::fs::Mode::from_raw_mode(mode);
+                rustix::fs::mknodat(
+                    rustix::fs::CWD,
+                    &node,
+                    rustix::fs::FileType::CharacterDevice,
+                    mode,
+                    rdev,
+                )
+                .map_err(err("make device node", &node))?;
+                // Whatever the umask took away.
+                rustix::fs::chmod(&node, mode).map_err(err("chmod", &node))?;
+            }
+        }
     }
     let pts = dev.join("pts");
     dirs.ensure(&pts)?;
