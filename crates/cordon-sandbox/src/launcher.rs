@@ -341,6 +341,17 @@ impl Starting {
             None => Vec::new(),
         };
         let join_fds: Vec<i32> = joins.iter().map(AsRawFd::as_raw_fd).collect();
+        // Observation and egress control on the cgroup, before init is born into it (while the
+        // threads making the namespace and the tree finish, which the clone waits for; since
+        // the tree is built ahead, attaching them while init built was the longer side of that
+        // phase). Both are verified before the command may start, so no moment of the command
+        // is uncovered.
+        self.attach_bpf(backend, plan)?;
+        // What the kernel shows of them is checked now too, not after init is ready: programs
+        // and filters are the host's, init cannot touch them (they are checked again when the
+        // command ends).
+        let observer_attached = self.observer.as_ref().map(Observer::verify_attached);
+        let egress_attached = self.egress.as_ref().map(Egress::verify_attached);
         // The namespace made ahead, and the host's to come back to after the clone. Once its
         // thread and the tree's are joined this process has one thread again (see
         // `own_status`).
@@ -479,15 +490,6 @@ impl Starting {
         ));
         let t_init = Instant::now();
         cordon_runtime::mark("GO sent");
-        // While init builds: observation and egress control on the cgroup. Only init (cordon's
-        // own code, which neither executes nor connects) is in it yet; both are verified before
-        // the command may start, so no moment of the command is uncovered.
-        self.attach_bpf(backend, plan)?;
-        // What the kernel shows of them is checked now too, not after init is ready: programs
-        // and filters are the host's, init cannot touch them (they are checked again when the
-        // command ends).
-        let observer_attached = self.observer.as_ref().map(Observer::verify_attached);
-        let egress_attached = self.egress.as_ref().map(Egress::verify_attached);
         // Registered while init builds the boundary, before the command can start.
         if let (Some(reg), Some(cg)) = (&backend.registry, &self.cgroup) {
             let state = RunState {
