@@ -533,6 +533,17 @@ impl Starting {
             .then(|| init_ns.as_ref().and_then(|d| d.handle("net")))
             .flatten();
         drop(init_ns);
+        // The threads for the run's end are started now, while init builds the boundary: this
+        // thread's own work meanwhile (registration, the namespace checks; the eBPF programs
+        // were attached before the clone) is the shorter side. Started while init starts the
+        // command instead, they slowed that down. The cleaner is kept on this CPU from the
+        // start (see `Cleaner`); without it (it could not be started) the launcher cleans up
+        // itself.
+        let unmounter = mount_ns
+            .is_some()
+            .then(Unmounter::start)
+            .and_then(Result::ok);
+        let cleaner = sys::spawning_here(Cleaner::start).ok();
         let mut status = BufReader::new(File::from(status_r));
         let mut ready =
             match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
@@ -623,16 +634,6 @@ impl Starting {
         cordon_runtime::mark("verified+gate");
         sync.write_all(&[GO_EXEC]).map_err(err("sync"))?;
         drop(sync);
-        // The threads for the run's end are started now, while init starts the command on its
-        // CPU: while init built the boundary this thread's own work (eBPF, registration, the
-        // namespace checks) was the longer, and starting them there made it longer still (~0.2
-        // ms). The cleaner is kept on this CPU from the start (see `Cleaner`); without it (it
-        // could not be started) the launcher cleans up itself.
-        let unmounter = mount_ns
-            .is_some()
-            .then(Unmounter::start)
-            .and_then(Result::ok);
-        let cleaner = sys::spawning_here(Cleaner::start).ok();
         // Earlier runs' leftovers are looked for by one run in HOUSEKEEPING_EVERY, as root (the
         // state directory keeps the time); otherwise by every run.
         let due = backend
@@ -706,7 +707,7 @@ impl Starting {
     }
 }
 
-/// A thread, started while init starts the command, that reaps init and takes the sandbox's
+/// A thread, started while init builds, that reaps init and takes the sandbox's
 /// mounts down once init is gone (see `mount_ns` in `Starting::launch`): letting go of the mount
 /// namespace waits for the kernel (an RCU grace period, the superblocks), and a thread started
 /// for it only then, at the run's end, cost that end up to ~0.2 ms more on this machine than
@@ -744,7 +745,7 @@ fn reap_now(pidfd: &OwnedFd) {
     );
 }
 
-/// A thread, started while init starts the command and kept on the launcher's CPU (its creator calls
+/// A thread, started while init builds and kept on the launcher's CPU (its creator calls
 /// [`Cleaner::start`] under `sys::spawning_here`), that cleans up after the run
 /// (`LinuxRun::clean_up`) while the launcher records the run's end. Started only then, a thread cost the run's end
 /// 0.2–0.3 ms on this machine (its stack, the clone, its first run), as long as the cleanup.
