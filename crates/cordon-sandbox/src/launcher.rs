@@ -43,6 +43,8 @@ pub struct LinuxBackend {
     layout: std::cell::OnceCell<Option<Layout>>,
     /// The next run's network namespace, being made ahead (see `netns`).
     net: Option<netns::Pending>,
+    /// The next run's tree, being built ahead (see `mounts::Ahead`).
+    tree: Option<mounts::Ahead>,
 }
 
 /// Where runs are registered for `cordon contain`, and the ledger they record into.
@@ -62,7 +64,17 @@ impl LinuxBackend {
             registry: None,
             layout: std::cell::OnceCell::new(),
             net: None,
+            tree: None,
         }
+    }
+
+    /// Hands over the tree for the next run, started early with [`mounts::Ahead::start`] by a
+    /// caller (as root) that has the plan before the backend launches, so that it is built
+    /// while the caller opens its ledger and probes the host. A tree of another plan is not
+    /// used; without one the launch starts its own.
+    pub fn with_tree(mut self, tree: mounts::Ahead) -> Self {
+        self.tree = Some(tree);
+        self
     }
 
     /// Hands over the network namespace for the next run with `NetPlan::None`, started early
@@ -196,10 +208,19 @@ impl Backend for LinuxBackend {
         // As root the run's tree is built ahead too, on a thread of its own (see
         // `mounts::build_ahead`), while the cgroup is made here and the namespace on its thread;
         // if that thread cannot start, init builds the tree.
-        let tree = if self.privileged {
-            mounts::Ahead::start(plan).ok()
-        } else {
-            None
+        let tree = match self.tree.take() {
+            Some(ahead) if self.privileged && ahead.is_for(plan) => Some(ahead),
+            // Another plan's: joined (its thread is the process's until then) and dropped.
+            Some(other) => {
+                joined = joined.or(other.wait().map(|(tid, _)| tid));
+                self.privileged
+                    .then(|| mounts::Ahead::start(plan).ok())
+                    .flatten()
+            }
+            None => self
+                .privileged
+                .then(|| mounts::Ahead::start(plan).ok())
+                .flatten(),
         };
         let cgroup = match self.layout() {
             Some(layout) => Some({

@@ -90,26 +90,37 @@ impl Tree {
 /// [`build_ahead`] on a thread of its own, started on another CPU than the caller's
 /// (`sys::spawn_elsewhere`).
 #[derive(Debug)]
-pub struct Ahead(std::thread::JoinHandle<(i32, Result<Tree, MountError>)>);
+pub struct Ahead {
+    thread: std::thread::JoinHandle<(i32, Result<Tree, MountError>)>,
+    plan: Plan,
+}
 
 impl Ahead {
     /// Starts building the tree for `plan`.
     pub fn start(plan: &Plan) -> io::Result<Ahead> {
-        let plan = plan.clone();
-        sys::spawn_elsewhere("cordon-tree", 256 * 1024, move || {
+        let for_thread = plan.clone();
+        let thread = sys::spawn_elsewhere("cordon-tree", 256 * 1024, move || {
             let tid = rustix::thread::gettid().as_raw_nonzero().get();
-            let tree = build_ahead(&plan);
+            let tree = build_ahead(&for_thread);
             cordon_runtime::mark("tree built");
             (tid, tree)
+        })?;
+        Ok(Ahead {
+            thread,
+            plan: plan.clone(),
         })
-        .map(Ahead)
+    }
+
+    /// Whether this is the tree of `plan` (a launch uses no other).
+    pub fn is_for(&self, plan: &Plan) -> bool {
+        self.plan == *plan
     }
 
     /// Waits for the thread: its id (once this returns it has run the last of its code, though
     /// the kernel may list it a while longer) and the tree, or why it could not be built.
     /// `None` if the thread panicked.
     pub fn wait(self) -> Option<(i32, Result<Tree, MountError>)> {
-        sys::join_elsewhere(self.0).ok()
+        sys::join_elsewhere(self.thread).ok()
     }
 }
 
@@ -625,5 +636,40 @@ fn make_mountpoint(dirs: &mut Dirs, target: &Path, dir: bool) -> Result<(), Moun
     } else {
         dirs.ensure(target.parent().unwrap_or(Path::new("/")))?;
         create_file(target)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_runtime::RunSpec;
+
+    fn plan(run_id: &str, read: &str) -> Plan {
+        RunSpec {
+            command: vec!["/bin/true".into()],
+            read: vec![PathBuf::from("/usr"), PathBuf::from(read)],
+            base_dir: PathBuf::from("/"),
+            caller: (0, 0),
+            ..RunSpec::default()
+        }
+        .validate(run_id)
+        .unwrap()
+    }
+
+    /// A tree started ahead serves the plan it was started for and no other: not another run's
+    /// (another id), not one granting other paths. Negative control: the same plan is served.
+    #[test]
+    fn a_tree_built_ahead_serves_its_own_plan_only() {
+        if !crate::privileged("mounts::a_tree_built_ahead_serves_its_own_plan_only") {
+            return;
+        }
+        let a = plan("r-tree-a", "/etc");
+        let ahead = Ahead::start(&a).unwrap();
+        assert!(ahead.is_for(&a), "its own plan");
+        assert!(!ahead.is_for(&plan("r-tree-b", "/etc")), "another run");
+        assert!(!ahead.is_for(&plan("r-tree-a", "/var")), "other grants");
+        let (_, tree) = ahead.wait().unwrap();
+        let tree = tree.unwrap();
+        assert!(tree.mounts() >= 4, "{} mounts", tree.mounts());
     }
 }

@@ -152,6 +152,11 @@ pub fn run(args: RunArgs, net: Option<cordon_sandbox::netns::Pending>) -> anyhow
     });
     let plan = spec.validate(&run_id)?;
     cordon_runtime::mark("validated");
+    // As root the run's tree is built from now on, on a thread of its own, while the ledger is
+    // opened and the host probed (see `mounts::Ahead`).
+    let tree = root
+        .then(|| cordon_sandbox::mounts::Ahead::start(&plan).ok())
+        .flatten();
 
     // Open the report file now, before the command could plant a link where it will be.
     let report_file = match &args.report {
@@ -179,6 +184,9 @@ pub fn run(args: RunArgs, net: Option<cordon_sandbox::netns::Pending>) -> anyhow
     let mut backend = LinuxBackend::new(exe);
     if let Some(pending) = net {
         backend = backend.with_network_namespace(pending);
+    }
+    if let Some(tree) = tree {
+        backend = backend.with_tree(tree);
     }
     if root {
         let dir = cordon_sandbox::state::StateDir::open(&args.state_dir)?;
