@@ -210,17 +210,15 @@ impl Backend for LinuxBackend {
         // if that thread cannot start, init builds the tree.
         let tree = match self.tree.take() {
             Some(ahead) if self.privileged && ahead.is_for(plan) => Some(ahead),
-            // Another plan's: joined (its thread is the process's until then) and dropped.
-            Some(other) => {
-                joined = joined.or(other.wait().map(|(tid, _)| tid));
+            other => {
+                // Another plan's: joined (its thread is the process's until then) and dropped.
+                if let Some(other) = other {
+                    joined = joined.or(other.wait().map(|(tid, _)| tid));
+                }
                 self.privileged
                     .then(|| mounts::Ahead::start(plan).ok())
                     .flatten()
             }
-            None => self
-                .privileged
-                .then(|| mounts::Ahead::start(plan).ok())
-                .flatten(),
         };
         let cgroup = match self.layout() {
             Some(layout) => Some({
