@@ -61,6 +61,22 @@ pub const RESERVED_IDS: &[&str] = &[
     "state-mismatch",
 ];
 
+/// Stack a call into cedar must have left, as the C library reports it, to run where it is
+/// called: well above the 100 KiB below which cedar gives up (on a rule's evaluation, then
+/// denied; on a request's context; on a type check).
+const CEDAR_RED_ZONE: usize = 256 << 10;
+
+/// Size of the stack segment a call into cedar is moved to when it does not have that much.
+const CEDAR_STACK: usize = 4 << 20;
+
+/// Runs `f`, a call into cedar, with the stack cedar requires. For a program's main thread
+/// musl reports only what the kernel has mapped of it so far (~130 KiB at start, however far
+/// it may grow), which is too little: there the call moves to a segment of its own, for the
+/// call's duration. Elsewhere it stays where it is.
+fn with_stack<T>(f: impl FnOnce() -> T) -> T {
+    stacker::maybe_grow(CEDAR_RED_ZONE, CEDAR_STACK, f)
+}
+
 const ANNOTATIONS: &[&str] = &["id", "effect", "reason", "description"];
 
 /// What a Cedar rule does when it matches.
@@ -215,6 +231,10 @@ pub struct CedarRules {
 impl CedarRules {
     /// Compiles Cedar text; problems carry byte offsets into `text`.
     pub(crate) fn compile(text: &str) -> Result<CedarRules, Vec<Problem>> {
+        with_stack(|| Self::compile_here(text))
+    }
+
+    fn compile_here(text: &str) -> Result<CedarRules, Vec<Problem>> {
         let mut problems = Vec::new();
         let mut rules: Vec<Rule> = Vec::new();
         let mut by_id: BTreeMap<String, usize> = BTreeMap::new();
@@ -443,6 +463,10 @@ impl CedarRules {
     /// Asks the rules about one action. Never fails: anything that stops the
     /// evaluation yields a deny carrying the reason.
     pub(crate) fn evaluate(&self, request: &CedarRequest<'_>) -> Outcome {
+        with_stack(|| self.evaluate_here(request))
+    }
+
+    fn evaluate_here(&self, request: &CedarRequest<'_>) -> Outcome {
         let set = self
             .by_action
             .get(request.action)

@@ -277,6 +277,12 @@ impl Engine {
     /// Decides `action` given `state`, changing nothing. Costs one Cedar
     /// evaluation plus O(steps) per sequence rule, whatever the history's
     /// length.
+    ///
+    /// Where the C library reports less than 256 KiB of stack left (musl,
+    /// on a program's main thread, reports only what is mapped so far), the
+    /// Cedar evaluation runs on a 4 MiB segment of its own, allocated for
+    /// the call: Cedar gives up on a rule, and the action is denied, with
+    /// under 100 KiB left.
     pub fn evaluate(&self, state: &AgentState, action: &Action, now_ms: u64) -> Decision {
         if !self.fits(state) {
             return Decision {

@@ -124,6 +124,11 @@ pub fn enter(fd: impl AsFd) -> io::Result<()> {
 /// `IFF_UP` as the `short` that `ifreq` carries.
 const IFF_UP: libc::c_short = 0x1;
 
+/// The interface-flags ioctls, in the C library's type for a request (glibc's `unsigned long`,
+/// musl's `int`; the `libc` crate declares both as `c_ulong`), from `linux/sockios.h`.
+const SIOCGIFFLAGS: libc::Ioctl = 0x8913;
+const SIOCSIFFLAGS: libc::Ioctl = 0x8914;
+
 /// Loopback's interface request in the calling thread's network namespace, with its flags read,
 /// and the socket it was asked through.
 fn loopback_flags() -> io::Result<(OwnedFd, libc::ifreq)> {
@@ -139,7 +144,7 @@ fn loopback_flags() -> io::Result<(OwnedFd, libc::ifreq)> {
     }
     // SAFETY: SIOCGIFFLAGS fills the `ifreq` passed, which outlives the call; the socket is a
     // valid descriptor.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGIFFLAGS, &mut req) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok((sock, req))
@@ -152,7 +157,7 @@ pub(crate) fn loopback_up() -> io::Result<()> {
     // SAFETY: after SIOCGIFFLAGS the kernel initialized the union's flags member.
     unsafe { req.ifr_ifru.ifru_flags |= IFF_UP };
     // SAFETY: SIOCSIFFLAGS reads the `ifreq` passed, which outlives the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFFLAGS, &req) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

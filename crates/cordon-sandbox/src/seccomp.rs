@@ -53,11 +53,13 @@ const DENIED_IOCTLS: [u32; 3] = [
 ];
 
 /// An ioctl request number as the kernel reads it (`unsigned int`); fails the build if one does
-/// not fit.
-#[allow(clippy::cast_possible_truncation)] // checked by the assertion, at compile time
+/// not fit. The C library's type for it differs (glibc: `unsigned long`; musl: `int`, in which
+/// numbers with the top bit set are negative), so the check is a round trip.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // checked by the assertion, at compile time
 const fn request(r: libc::Ioctl) -> u32 {
-    assert!(r <= u32::MAX as libc::Ioctl);
-    r as u32
+    let n = r as u32;
+    assert!(n as libc::Ioctl == r);
+    n
 }
 
 /// Socket families a contained command may create. Others get `EAFNOSUPPORT` (soft filter).

@@ -254,7 +254,9 @@ pub fn pidfd_info(pidfd: &impl std::os::fd::AsFd) -> io::Result<PidfdInfo> {
     const PIDFD_INFO_CREDS: u64 = 1 << 1;
     const PIDFD_INFO_CGROUPID: u64 = 1 << 2;
     /// `_IOWR(PIDFS_IOCTL_MAGIC = 0xFF, 11, struct pidfd_info)` for a 64-byte struct.
-    const PIDFD_GET_INFO: libc::c_ulong = (3 << 30) | (64 << 16) | (0xFF << 8) | 11;
+    #[allow(clippy::cast_possible_wrap)] // musl's request type is `int`; the kernel reads 32 bits
+    const PIDFD_GET_INFO: libc::Ioctl =
+        ((3u32 << 30) | (64 << 16) | (0xFF << 8) | 11) as libc::Ioctl;
     let mut raw = Raw {
         mask: PIDFD_INFO_PID | PIDFD_INFO_CREDS | PIDFD_INFO_CGROUPID,
         ..Raw::default()
@@ -553,7 +555,7 @@ fn pin<T>(handle: &std::thread::JoinHandle<T>, cpus: &rustix::thread::CpuSet) {
     // cpu_set_t of the size passed.
     unsafe {
         libc::pthread_setaffinity_np(
-            handle.as_pthread_t(),
+            handle.as_pthread_t() as libc::pthread_t,
             std::mem::size_of::<libc::cpu_set_t>(),
             &set,
         )
