@@ -4,6 +4,8 @@
 // (`[filesystem]`, `<name>.key`): rustdoc's link and HTML checks do not apply to them.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
+#[cfg(target_env = "musl")]
+mod allocator;
 mod cmd;
 
 use std::process::ExitCode;
@@ -50,14 +52,10 @@ fn run_only() -> clap::Command {
         .subcommand(cmd::run::RunArgs::augment_args(clap::Command::new("run")))
 }
 
-/// The allocator, on musl (the C library cordon is built against: `.cargo/config.toml`). musl's
-/// own gives memory back to the kernel eagerly, and each unmap in a process with several threads
-/// is a TLB shootdown on the other CPUs: with it a run took 7 % longer than with glibc's, with
-/// this one 16 % less (ARCHITECTURE.md, "the binary"). Its one lock is free whenever init is
-/// forked: the launcher forks only once no other thread of it can run (`launcher::own_status`).
+/// The allocator, on musl (the C library cordon is built against: `.cargo/config.toml`).
 #[cfg(target_env = "musl")]
 #[global_allocator]
-static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+static ALLOC: allocator::Allocator = allocator::Allocator::new();
 
 fn main() -> ExitCode {
     // Built for glibc (another target), one malloc arena for every thread. Left alone, glibc
