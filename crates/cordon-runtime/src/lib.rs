@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod dir;
 pub mod plan;
 pub mod report;
 pub mod run;

@@ -243,12 +243,11 @@ impl RunSpec {
 
         // Top-level compatibility links (`/bin` -> `usr/bin` on a merged-/usr system) are shown
         // as on the host whenever their target is granted: scripts say `#!/bin/sh`.
-        if let Ok(entries) = std::fs::read_dir("/") {
-            for e in entries.flatten() {
-                let path = e.path();
-                let is_link = e.file_type().map(|t| t.is_symlink()).unwrap_or(false);
-                if is_link
-                    && let Ok(target) = path.canonicalize()
+        if let Ok(links) =
+            crate::dir::entries(Path::new("/"), |_, t| t == crate::dir::FileType::Symlink)
+        {
+            for (path, _) in links {
+                if let Ok(target) = path.canonicalize()
                     && grants.keys().any(|g| target.starts_with(g))
                 {
                     symlinks.entry(path).or_insert(target);
@@ -606,19 +605,21 @@ fn primary_gid(uid: u32) -> u32 {
 /// `/lib64` or `/lib`) and the canonical file it resolves to.
 fn dynamic_loaders() -> Vec<(PathBuf, PathBuf)> {
     let mut out = Vec::new();
+    let loader_name = |name: &std::ffi::OsStr, _| {
+        use std::os::unix::ffi::OsStrExt;
+        let name = name.as_bytes();
+        (name.starts_with(b"ld-linux") || name.starts_with(b"ld-musl"))
+            && name.windows(3).any(|w| w == b".so")
+    };
     for dir in ["/lib64", "/lib"] {
-        let Ok(entries) = std::fs::read_dir(dir) else {
+        let Ok(entries) = crate::dir::entries(Path::new(dir), loader_name) else {
             continue;
         };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            if (name.starts_with("ld-linux") || name.starts_with("ld-musl"))
-                && name.contains(".so")
-                && let Ok(c) = e.path().canonicalize()
+        for (path, _) in entries {
+            if let Ok(c) = path.canonicalize()
                 && c.is_file()
             {
-                out.push((e.path(), c));
+                out.push((path, c));
             }
         }
     }

@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cordon_bpf::{Allow, Egress, Event, Observer, Verification, VerifyState};
@@ -1140,14 +1140,13 @@ fn own_status(joined: &[i32]) -> io::Result<(StatusCaps, bool)> {
 
 /// Whether every thread `/proc/self/task` lists is one of `allowed`.
 fn only_threads(allowed: &[i32]) -> io::Result<bool> {
-    for entry in std::fs::read_dir("/proc/self/task")? {
-        let name = entry?.file_name();
+    let mut others = false;
+    cordon_runtime::dir::entries(Path::new("/proc/self/task"), |name, _| {
         let tid = name.to_str().and_then(|n| n.parse::<i32>().ok());
-        if !tid.is_some_and(|t| allowed.contains(&t)) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+        others |= !tid.is_some_and(|t| allowed.contains(&t));
+        false
+    })?;
+    Ok(!others)
 }
 
 /// The host-side check of the boundary init reports built: what `/proc/<pid>/status` and
