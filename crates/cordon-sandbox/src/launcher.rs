@@ -68,6 +68,13 @@ impl LinuxBackend {
         }
     }
 
+    /// Reads the host's cgroup layout now rather than when the run is probed. A caller that
+    /// starts the tree's thread ([`mounts::Ahead::start`]) does this first: that thread copies
+    /// the host's mount namespace, and reading `/proc/self/mountinfo` meanwhile waits for it.
+    pub fn detect_layout(&self) {
+        let _ = self.layout();
+    }
+
     /// Hands over the tree for the next run, started early with [`mounts::Ahead::start`] by a
     /// caller (as root) that has the plan before the backend launches, so that it is built
     /// while the caller opens its ledger and probes the host. A tree of another plan is not

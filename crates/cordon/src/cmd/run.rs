@@ -152,8 +152,14 @@ pub fn run(args: RunArgs, net: Option<cordon_sandbox::netns::Pending>) -> anyhow
     });
     let plan = spec.validate(&run_id)?;
     cordon_runtime::mark("validated");
+    let exe = std::env::current_exe().context("locating the cordon binary")?;
+    let mut backend = LinuxBackend::new(exe);
     // As root the run's tree is built from now on, on a thread of its own, while the ledger is
-    // opened and the host probed (see `mounts::Ahead`).
+    // opened and the host probed (see `mounts::Ahead`); the cgroup layout is read first.
+    if root {
+        backend.detect_layout();
+    }
+    cordon_runtime::mark("layout");
     let tree = root
         .then(|| cordon_sandbox::mounts::Ahead::start(&plan).ok())
         .flatten();
@@ -180,8 +186,6 @@ pub fn run(args: RunArgs, net: Option<cordon_sandbox::netns::Pending>) -> anyhow
     // From here on Ctrl-C and friends are held for the command (forwarded once it runs), also
     // in the thread that records the run's start.
     cordon_sandbox::block_forwarded_signals();
-    let exe = std::env::current_exe().context("locating the cordon binary")?;
-    let mut backend = LinuxBackend::new(exe);
     if let Some(pending) = net {
         backend = backend.with_network_namespace(pending);
     }
