@@ -71,6 +71,7 @@ impl LinuxBackend {
     /// Reads the host's cgroup layout now rather than when the run is probed. A caller that
     /// starts the tree's thread ([`mounts::Ahead::start`]) does this first: that thread copies
     /// the host's mount namespace, and reading `/proc/self/mountinfo` meanwhile waits for it.
+    /// Unprivileged, there is no layout to read and this does nothing.
     pub fn detect_layout(&self) {
         let _ = self.layout();
     }
