@@ -19,6 +19,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use aya::maps::{Map, MapData, RingBuf};
@@ -127,6 +128,21 @@ impl Ring {
     }
 }
 
+/// See [`leave_mappings_to_exit`].
+static MAPPINGS_TO_EXIT: AtomicBool = AtomicBool::new(false);
+
+/// Says that this process ends soon after its runs do (`cordon run`): from now on an observer
+/// that is released or dropped leaves its ring buffer mapped (and its descriptor open), for
+/// the process's exit to take down. Unmapping the ring (2 MiB of mapping, its pages filled in)
+/// in a process with threads on other CPUs is a TLB shootdown there, ~0.1–0.3 ms on the end of
+/// a run on the machine described in ARCHITECTURE.md; the exit of the last thread needs none.
+/// The ring is a shared slot's (see [`crate::shared`]) and outlives the run anyway: nothing
+/// but this process's address space holds on to it longer. A long-lived process (a daemon
+/// running many runs) must not call this.
+pub fn leave_mappings_to_exit() {
+    MAPPINGS_TO_EXIT.store(true, Ordering::Relaxed);
+}
+
 /// Observes one run's cgroup. See the module documentation.
 pub struct Observer {
     cgroup_dir: PathBuf,
@@ -143,6 +159,8 @@ pub struct Observer {
     queue: VecDeque<Event>,
     /// Whether the shared entries are still this observer's to remove.
     entered: bool,
+    /// Whether the pins are still there to remove.
+    pinned: bool,
     /// Holds the shared objects' generation (it is not retired while a handle lives).
     generation: Generation,
     /// Marks the run as live for `cleanup_stale` in other processes.
@@ -209,6 +227,7 @@ impl Observer {
                 shared,
                 queue: VecDeque::new(),
                 entered: true,
+                pinned: true,
                 generation,
                 _lock: lock,
             }),
@@ -586,6 +605,7 @@ impl Observer {
     pub fn release(mut self) -> Result<Vec<Event>, ObserverError> {
         let rest = self.drain()?;
         self.leave();
+        self.pinned = false;
         bpffs::remove_part_dir(&self.pin_dir)?;
         Ok(rest)
     }
@@ -595,6 +615,14 @@ impl Drop for Observer {
     /// The observer's entries and pins serve only while it lives.
     fn drop(&mut self) {
         self.leave();
-        let _ = bpffs::remove_part_dir(&self.pin_dir);
+        if self.pinned {
+            let _ = bpffs::remove_part_dir(&self.pin_dir);
+        }
+        if MAPPINGS_TO_EXIT.load(Ordering::Relaxed) && matches!(self.ring, Ring::Mapped(_)) {
+            std::mem::forget(std::mem::replace(
+                &mut self.ring,
+                Ring::Failed(String::new()),
+            ));
+        }
     }
 }
