@@ -1688,6 +1688,7 @@ impl LinuxRun {
                 Err(err) => steps.push(format!("egress release failed: {err}")),
             }
         }
+        cordon_runtime::mark("cleanup: egress");
         if let Some(o) = self.observer.take() {
             match o.release() {
                 Ok(late) if late.is_empty() => steps.push("observer detached".into()),
@@ -1702,16 +1703,21 @@ impl LinuxRun {
             self.unmounted();
             return steps;
         }
+        cordon_runtime::mark("cleanup: observer");
         if let Some(cg) = self.cgroup.take() {
             cg.remove(&mut steps);
         }
+        cordon_runtime::mark("cleanup: cgroup");
         if let Some((dir, run_id)) = self.registered.take() {
             dir.remove(&run_id);
         }
+        cordon_runtime::mark("cleanup: registered");
         // The cleanup of earlier runs' leftovers is not waited for: nothing depends on it, and
         // each of its steps is whole on its own.
         drop(self.housekeeping.take());
+        cordon_runtime::mark("cleanup: housekeeping");
         self.unmounted();
+        cordon_runtime::mark("cleanup: unmounted");
         // Last, the network namespace: the kernel's worker dismantles it from here on.
         drop(self.net_ns.take());
         cordon_runtime::mark("cleanup: done");

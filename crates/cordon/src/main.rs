@@ -68,6 +68,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1)
     };
+    #[cfg(target_env = "musl")]
+    allocator::hold_listing_group();
     // The sandbox's init is this same binary, started by `cordon run` under another name.
     let mut args = std::env::args_os();
     if args.next().as_deref() == Some(std::ffi::OsStr::new(cordon_sandbox::proto::INIT_ARGV0)) {
