@@ -74,18 +74,25 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
                 r
             }),
             pending: None,
+            recorded: None,
             passed: false,
         };
         let launched = backend.launch(plan, &mut gate);
         // A launch that failed before the gate still owes the record (a run's end is never
         // recorded without its start), and its outcome.
         gate.begin();
-        if let Some(handle) = gate.pending.take() {
-            match handle.join() {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => start_error = Some(e),
-                Err(_) => start_error = Some("the recording thread panicked".to_owned()),
+        if let Some(mut recording) = gate.pending.take() {
+            if let Err(e) = recording.outcome() {
+                start_error = Some(match e {
+                    StartFailure::Failed(e) => e.clone(),
+                    StartFailure::Panicked => "the recording thread panicked".to_owned(),
+                });
             }
+            let _ = recording.thread.join();
+        }
+        // Joined only now, with the command running: the join unmaps the thread's stack.
+        if let Some(thread) = gate.recorded.take() {
+            let _ = thread.join();
         }
         (launched, gate.passed)
     });
@@ -263,8 +270,42 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
 struct Gate<'scope, 'env, F> {
     scope: &'scope std::thread::Scope<'scope, 'env>,
     job: Option<F>,
-    pending: Option<std::thread::ScopedJoinHandle<'scope, Result<LedgerPosition, String>>>,
+    pending: Option<Recording<'scope>>,
+    /// The recording thread, once the gate has its outcome.
+    recorded: Option<std::thread::ScopedJoinHandle<'scope, ()>>,
     passed: bool,
+}
+
+/// Why the run's start was not recorded.
+enum StartFailure {
+    /// The evidence refused it, for this reason.
+    Failed(String),
+    /// The recording thread panicked.
+    Panicked,
+}
+
+/// The thread recording the run's start. Its outcome comes through a channel, so that waiting
+/// for it is not joining the thread: a join unmaps the thread's stack, a TLB shootdown on the
+/// other CPUs (~20-100 µs on the machine of ARCHITECTURE.md), which the gate would otherwise
+/// add to the command's start. The thread is joined once the command runs.
+struct Recording<'scope> {
+    thread: std::thread::ScopedJoinHandle<'scope, ()>,
+    result: std::sync::mpsc::Receiver<Result<LedgerPosition, String>>,
+    /// What the channel said, once it has.
+    outcome: Option<Result<(), StartFailure>>,
+}
+
+impl Recording<'_> {
+    /// Waits for the record (once) and says how it went.
+    fn outcome(&mut self) -> &Result<(), StartFailure> {
+        let result = &self.result;
+        self.outcome.get_or_insert_with(|| match result.recv() {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(StartFailure::Failed(e)),
+            // The sender went without sending: the job panicked.
+            Err(_) => Err(StartFailure::Panicked),
+        })
+    }
 }
 
 impl<'scope, F> StartGate for Gate<'scope, '_, F>
@@ -273,7 +314,15 @@ where
 {
     fn begin(&mut self) {
         if let Some(job) = self.job.take() {
-            self.pending = Some(self.scope.spawn(job));
+            let (tx, result) = std::sync::mpsc::sync_channel(1);
+            let thread = self.scope.spawn(move || {
+                let _ = tx.send(job());
+            });
+            self.pending = Some(Recording {
+                thread,
+                result,
+                outcome: None,
+            });
         }
     }
 
@@ -282,12 +331,16 @@ where
             return Err("the gate was passed twice".to_owned());
         }
         self.begin();
-        let handle = self.pending.take().ok_or("the start record was lost")?;
-        match handle.join() {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!("ledger: could not record the run's start: {e}")),
-            Err(_) => Err("ledger: the recording thread panicked".to_owned()),
-        }
+        let mut recording = self.pending.take().ok_or("the start record was lost")?;
+        let outcome = match recording.outcome() {
+            Ok(()) => Ok(()),
+            Err(StartFailure::Failed(e)) => {
+                Err(format!("ledger: could not record the run's start: {e}"))
+            }
+            Err(StartFailure::Panicked) => Err("ledger: the recording thread panicked".to_owned()),
+        };
+        self.recorded = Some(recording.thread);
+        outcome
     }
 }
 
@@ -354,6 +407,7 @@ mod tests {
     struct Recorder {
         entries: Vec<(String, Value)>,
         fail: bool,
+        panic: bool,
     }
 
     impl Evidence for Recorder {
@@ -361,6 +415,7 @@ mod tests {
             if self.fail {
                 return Err("disk full".into());
             }
+            assert!(!(self.panic && kind == "run.start"), "the recorder panics");
             self.entries.push((kind.to_owned(), data));
             Ok(LedgerPosition {
                 path: "mem".into(),
@@ -644,6 +699,27 @@ mod tests {
         let r = execute(&plan(), &mut b, &mut ev);
         assert_eq!(r.verdict, Verdict::Failed);
         assert!(!b.launched);
+    }
+
+    /// A recorder that panics fails the gate as surely as one that refuses (the outcome comes
+    /// through a channel; its sender is dropped unsent).
+    #[test]
+    fn a_panicking_start_record_means_no_run() {
+        let mut b = backend(exited(0));
+        let mut ev = Recorder {
+            panic: true,
+            ..Recorder::default()
+        };
+        let r = execute(&plan(), &mut b, &mut ev);
+        assert_eq!(r.verdict, Verdict::Failed);
+        assert!(!b.launched);
+        assert!(
+            r.reasons
+                .iter()
+                .any(|x| x.contains("recording thread panicked")),
+            "{:?}",
+            r.reasons
+        );
     }
 
     #[test]
