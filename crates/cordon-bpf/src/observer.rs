@@ -133,7 +133,8 @@ static MAPPINGS_TO_EXIT: AtomicBool = AtomicBool::new(false);
 
 /// Says that this process ends soon after its runs do (`cordon run`): from now on an observer
 /// that is released or dropped leaves its ring buffer mapped (and its descriptor open), for
-/// the process's exit to take down. Unmapping the ring (2 MiB of mapping, its pages filled in)
+/// the process's exit to take down, and so do the two pages mapped to empty the ring when it
+/// is claimed. Unmapping the ring (2 MiB of mapping, its pages filled in)
 /// in a process with threads on other CPUs is a TLB shootdown there, ~0.1–0.3 ms on the end of
 /// a run on the machine described in ARCHITECTURE.md; the exit of the last thread needs none.
 /// The ring is a shared slot's (see [`crate::shared`]) and outlives the run anyway: nothing
@@ -284,7 +285,7 @@ impl Observer {
                 .map_err(SysError::bpf("pinning", pin.display().to_string()))?;
             // What an earlier user of this slot left: nobody's events now. Discarded through the
             // ring's position pages only; the ring itself is mapped at the first read.
-            sys::ringbuf_discard(ring_map.as_fd())
+            sys::ringbuf_discard(ring_map.as_fd(), MAPPINGS_TO_EXIT.load(Ordering::Relaxed))
                 .map_err(SysError::bpf("emptying", "the ring buffer".to_owned()))?;
             let data = MapData::from_fd(ring_map.into_fd()).map_err(map_err("events"))?;
             let ring = Ring::Unmapped(data);
@@ -619,10 +620,9 @@ impl Drop for Observer {
             let _ = bpffs::remove_part_dir(&self.pin_dir);
         }
         if MAPPINGS_TO_EXIT.load(Ordering::Relaxed) && matches!(self.ring, Ring::Mapped(_)) {
-            std::mem::forget(std::mem::replace(
-                &mut self.ring,
-                Ring::Failed(String::new()),
-            ));
+            // Never dropped: the mapping and its descriptor go with the process.
+            let ring = std::mem::replace(&mut self.ring, Ring::Failed(String::new()));
+            let _kept = std::mem::ManuallyDrop::new(ring);
         }
     }
 }

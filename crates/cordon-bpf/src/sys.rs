@@ -340,8 +340,10 @@ pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
 /// Discards every record in a ring buffer map: the consumer position is moved to the producer's.
 /// Maps only the two position pages (the consumer page read-write, the first producer page
 /// read-only), not the ring itself. Meant for a ring no producer writes to meanwhile (a slot
-/// being taken over before its cgroup is entered into the filter).
-pub fn ringbuf_discard(ring: BorrowedFd<'_>) -> io::Result<()> {
+/// being taken over before its cgroup is entered into the filter). With `keep_mapped` the two
+/// pages stay mapped, for the process's exit to take down (see
+/// [`crate::observer::leave_mappings_to_exit`]).
+pub fn ringbuf_discard(ring: BorrowedFd<'_>, keep_mapped: bool) -> io::Result<()> {
     // SAFETY: sysconf takes an integer and reads no memory.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
         .map_err(|_| io::Error::other("no page size"))?;
@@ -380,6 +382,9 @@ pub fn ringbuf_discard(ring: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: as above for the consumer page and position, which a reader advances.
     let consumer_pos = unsafe { &*consumer.cast::<AtomicU64>() };
     consumer_pos.store(producer_pos.load(Ordering::Acquire), Ordering::Release);
+    if keep_mapped {
+        return Ok(());
+    }
     // SAFETY: the producer mapping made above; the reference into it is not used again.
     unsafe { libc::munmap(producer, page) };
     // SAFETY: the consumer mapping made above; likewise.

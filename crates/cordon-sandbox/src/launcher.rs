@@ -744,7 +744,7 @@ impl Starting {
 struct Unmounter {
     /// The mount namespace, and a descriptor of init to reap it by.
     namespace: std::sync::mpsc::SyncSender<(OwnedFd, Option<OwnedFd>)>,
-    thread: std::thread::JoinHandle<()>,
+    thread: crate::thread::Thread<()>,
 }
 
 impl Unmounter {
@@ -782,14 +782,14 @@ fn reap_now(pidfd: &OwnedFd) {
 struct Cleaner {
     run: std::sync::mpsc::SyncSender<Box<LinuxRun>>,
     steps: std::sync::mpsc::Receiver<Vec<String>>,
-    thread: std::thread::JoinHandle<()>,
+    thread: crate::thread::Thread<()>,
 }
 
 impl Cleaner {
     fn start() -> io::Result<Cleaner> {
         let (run, handed) = std::sync::mpsc::sync_channel::<Box<LinuxRun>>(1);
         let (done, steps) = std::sync::mpsc::sync_channel(1);
-        let thread = sys::builder("cordon-cleanup", 256 * 1024).spawn(move || {
+        let thread = crate::thread::spawn("cordon-cleanup", 256 * 1024, move || {
             // Nothing handed over (the run was dropped instead): nothing to do here.
             let Ok(run) = handed.recv() else { return };
             // Brought to the launcher's CPU (`sys::bring_here`), it stays there: the launcher,

@@ -19,6 +19,7 @@ pub mod proto;
 pub mod seccomp;
 pub mod state;
 pub mod sys;
+pub mod thread;
 
 pub use launcher::{LinuxBackend, LinuxRun, block_forwarded_signals};
 

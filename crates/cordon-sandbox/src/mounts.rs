@@ -91,7 +91,7 @@ impl Tree {
 /// (`sys::spawn_elsewhere`).
 #[derive(Debug)]
 pub struct Ahead {
-    thread: std::thread::JoinHandle<(i32, Result<Tree, MountError>)>,
+    thread: crate::thread::Thread<(i32, Result<Tree, MountError>)>,
     plan: Plan,
 }
 

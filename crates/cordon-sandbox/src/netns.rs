@@ -17,7 +17,6 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::thread::JoinHandle;
 
 use rustix::thread::{LinkNameSpaceType, UnshareFlags};
 
@@ -25,7 +24,7 @@ use crate::sys;
 
 /// A namespace being made on its thread.
 #[derive(Debug)]
-pub struct Pending(JoinHandle<io::Result<NetNs>>);
+pub struct Pending(crate::thread::Thread<io::Result<NetNs>>);
 
 /// An empty network namespace with loopback up, owned by the host's user namespace.
 #[derive(Debug)]

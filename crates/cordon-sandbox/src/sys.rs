@@ -4,6 +4,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+use crate::thread::Thread;
+
 /// `clone3` flags cordon uses (the kernel's values, `include/uapi/linux/sched.h`).
 pub mod clone_flags {
     /// New user namespace.
@@ -456,11 +458,7 @@ fn unpin(all: Option<rustix::thread::CpuSet>) {
 /// which then waits for it (both seen here, the second costing up to a millisecond). So the
 /// creator restricts the new thread to the other CPUs, and the thread, if it runs first anyway,
 /// moves itself there at once. Once it has moved it may use any CPU the process may.
-pub fn spawn_elsewhere<F, T>(
-    name: &str,
-    stack_size: usize,
-    f: F,
-) -> io::Result<std::thread::JoinHandle<T>>
+pub fn spawn_elsewhere<F, T>(name: &str, stack_size: usize, f: F) -> io::Result<Thread<T>>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -469,7 +467,7 @@ where
     let elsewhere = allowed
         .zip(current_cpu())
         .and_then(|(all, here)| others_than(here, &all));
-    let handle = builder(name, stack_size).spawn(move || {
+    let handle = crate::thread::spawn(name, stack_size, move || {
         if let (Some(others), Some(all)) = (&elsewhere, &allowed) {
             leave(others, all);
         }
@@ -496,7 +494,7 @@ pub fn spawning_here<R>(f: impl FnOnce() -> R) -> R {
 /// Joins a thread started by [`spawn_elsewhere`], first letting it use every CPU the process may:
 /// one still waiting for the other CPU (a virtual CPU the hypervisor has not run for a while;
 /// seen here for over a millisecond) may then run on the caller's, which is about to wait.
-pub fn join_elsewhere<T>(handle: std::thread::JoinHandle<T>) -> std::thread::Result<T> {
+pub fn join_elsewhere<T>(handle: Thread<T>) -> std::thread::Result<T> {
     if let Ok(all) = rustix::thread::sched_getaffinity(None) {
         pin(&handle, &all);
     }
@@ -517,19 +515,12 @@ fn leave(others: &rustix::thread::CpuSet, all: &rustix::thread::CpuSet) {
 /// when it is loaded, against ~6-30 µs on one CPU (a pipe ping-pong, hot and after idling);
 /// and the caller's own wakeup, when the thread is done, is then across CPUs too. The thread
 /// stays there: it is meant for a short job, after which it ends.
-pub fn bring_here<T>(handle: &std::thread::JoinHandle<T>) {
+pub fn bring_here<T>(handle: &Thread<T>) {
     if let Some(cpu) = current_cpu() {
         let mut here = rustix::thread::CpuSet::new();
         here.set(cpu);
         pin(handle, &here);
     }
-}
-
-/// A thread named `name` with a stack of `stack_size` bytes.
-pub fn builder(name: &str, stack_size: usize) -> std::thread::Builder {
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .stack_size(stack_size)
 }
 
 /// The CPUs of `all` other than `cpu`, if there are any.
@@ -544,8 +535,7 @@ fn others_than(cpu: usize, all: &rustix::thread::CpuSet) -> Option<rustix::threa
 
 /// Restricts a thread (not yet joined; it may not have run yet, or have ended) to the CPUs in
 /// `cpus`.
-fn pin<T>(handle: &std::thread::JoinHandle<T>, cpus: &rustix::thread::CpuSet) {
-    use std::os::unix::thread::JoinHandleExt;
+fn pin<T>(handle: &Thread<T>, cpus: &rustix::thread::CpuSet) {
     // SAFETY: cpu_set_t is plain data for which zeroes are valid (the empty set).
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for c in (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| cpus.is_set(c)) {
@@ -556,7 +546,7 @@ fn pin<T>(handle: &std::thread::JoinHandle<T>, cpus: &rustix::thread::CpuSet) {
     // cpu_set_t of the size passed.
     unsafe {
         libc::pthread_setaffinity_np(
-            handle.as_pthread_t() as libc::pthread_t,
+            handle.pthread(),
             std::mem::size_of::<libc::cpu_set_t>(),
             &set,
         )

@@ -61,16 +61,20 @@ unsafe impl GlobalAlloc for Allocator {
 /// The size of musl's `DIR` (`struct __dirstream`: an offset, four ints, a 2048-byte buffer).
 const MUSL_DIR_BYTES: usize = 8 + 4 * 4 + 2048;
 
-/// Keeps one block of the C library's own allocator, of a directory listing's size, for the
-/// whole process. The C library still allocates with musl's allocator for itself, and
-/// `std::fs::read_dir` goes through its `opendir`: that allocator maps a group of blocks of a
-/// size for the first one taken and unmaps the group when the last is freed, so every listing
-/// cost an mmap and an munmap (a TLB shootdown on the other CPUs when threads run there), 19 of
-/// them in a run. With one block of the group always taken, listings reuse the group's others.
-/// Should musl size its `DIR` differently, the block falls in another group and this does no
-/// more than hold 2 KiB.
-pub fn hold_listing_group() {
-    // SAFETY: malloc takes a size and returns a block or null; the block is never used or
-    // freed, on purpose. (`black_box`: an allocation nothing uses may be optimized away.)
-    std::hint::black_box(unsafe { libc::malloc(MUSL_DIR_BYTES) });
+/// Keeps two blocks of the C library's own allocator for the whole process: a small one and
+/// one of a directory listing's size. The C library still allocates with musl's allocator for
+/// itself: `std::fs::canonicalize` goes through its `realpath`, which returns a string it
+/// allocated, and `std::fs::read_dir` through its `opendir`. That allocator maps a group of
+/// blocks for the first block taken and unmaps the group when the last is freed, so every
+/// canonicalized path and every listing cost an mmap and an munmap (a TLB shootdown on the
+/// other CPUs when threads run there): ~30 in a run, some in the cleanup that the run's end
+/// waits for. With one block of each group always taken, the others are reused; one 8-byte
+/// block keeps the groups that paths of every length up to ~70 bytes were seen to use. Should
+/// a musl size things differently, this does no more than hold 2 KiB.
+pub fn hold_allocator_groups() {
+    for size in [8, MUSL_DIR_BYTES] {
+        // SAFETY: malloc takes a size and returns a block or null; the block is never used or
+        // freed, on purpose. (`black_box`: an allocation nothing uses may be optimized away.)
+        std::hint::black_box(unsafe { libc::malloc(size) });
+    }
 }

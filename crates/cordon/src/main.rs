@@ -69,7 +69,7 @@ fn main() -> ExitCode {
         libc::mallopt(libc::M_ARENA_MAX, 1)
     };
     #[cfg(target_env = "musl")]
-    allocator::hold_listing_group();
+    allocator::hold_allocator_groups();
     // The sandbox's init is this same binary, started by `cordon run` under another name.
     let mut args = std::env::args_os();
     if args.next().as_deref() == Some(std::ffi::OsStr::new(cordon_sandbox::proto::INIT_ARGV0)) {
@@ -80,6 +80,11 @@ fn main() -> ExitCode {
     }
     cordon_runtime::mark("main");
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `cordon run` ends with its run: what it maps for the run (helper threads' stacks, the
+    // event ring) is left for its exit to take down. Said before its first helper starts.
+    if args.get(1).is_some_and(|a| a == "run") {
+        cordon_sandbox::thread::one_shot_process();
+    }
     let net = cmd::run::net_ahead(&args);
     cordon_runtime::mark("net ahead");
     let cli = match parse_from(args) {

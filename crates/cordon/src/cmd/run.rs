@@ -152,8 +152,6 @@ pub fn run(args: RunArgs, net: Option<cordon_sandbox::netns::Pending>) -> anyhow
     });
     let plan = spec.validate(&run_id)?;
     cordon_runtime::mark("validated");
-    // This process ends with the run: what it mapped for the run goes with it.
-    cordon_bpf::observer::leave_mappings_to_exit();
     let exe = std::env::current_exe().context("locating the cordon binary")?;
     let mut backend = LinuxBackend::new(exe);
     // As root the run's tree is built from now on, on a thread of its own, while the ledger is
