@@ -606,8 +606,9 @@ impl Observer {
     pub fn release(mut self) -> Result<Vec<Event>, ObserverError> {
         let rest = self.drain()?;
         self.leave();
-        self.pinned = false;
         bpffs::remove_part_dir(&self.pin_dir)?;
+        // Removed: not again on drop (a failed removal is tried once more there).
+        self.pinned = false;
         Ok(rest)
     }
 }
