@@ -3,8 +3,9 @@
 //! A standard-library thread maps its stack, and a signal stack of its own, when it starts; it
 //! unmaps the signal stack when it ends and its joiner unmaps the stack. In a process with
 //! threads on other CPUs each unmap is a TLB shootdown there: ~20-100 µs on the machine
-//! described in ARCHITECTURE.md when the host is quiet, more when it is loaded, and a run joins
-//! four helper threads on its critical path (two of them before init may be cloned). In a
+//! described in ARCHITECTURE.md when the host is quiet, more when it is loaded. A run waits for
+//! three helpers to end (the network namespace's and the tree's before init may be cloned, the
+//! unmounter's in the cleanup) and for the cleanup's helper, whose own end competes with it. In a
 //! process that ends with its run ([`one_shot_process`]), a helper instead runs on a stack this
 //! module maps (with a guard page below it) and never unmaps: the process's exit takes it down
 //! with the rest. Without a signal stack, a helper that overflows its stack is killed with the
