@@ -81,10 +81,10 @@ pub fn execute<B: Backend>(plan: &Plan, backend: &mut B, evidence: &mut dyn Evid
         // A launch that failed before the gate still owes the record (a run's end is never
         // recorded without its start), and its outcome.
         gate.begin();
-        if let Some(mut recording) = gate.pending.take() {
+        if let Some(recording) = gate.pending.take() {
             if let Err(e) = recording.outcome() {
                 start_error = Some(match e {
-                    StartFailure::Failed(e) => e.clone(),
+                    StartFailure::Failed(e) => e,
                     StartFailure::Panicked => "the recording thread panicked".to_owned(),
                 });
             }
@@ -291,20 +291,18 @@ enum StartFailure {
 struct Recording<'scope> {
     thread: std::thread::ScopedJoinHandle<'scope, ()>,
     result: std::sync::mpsc::Receiver<Result<LedgerPosition, String>>,
-    /// What the channel said, once it has.
-    outcome: Option<Result<(), StartFailure>>,
 }
 
 impl Recording<'_> {
-    /// Waits for the record (once) and says how it went.
-    fn outcome(&mut self) -> &Result<(), StartFailure> {
-        let result = &self.result;
-        self.outcome.get_or_insert_with(|| match result.recv() {
+    /// Waits for the record and says how it went (asked once: the gate or, when the gate was
+    /// never reached, the launch's caller takes the recording).
+    fn outcome(&self) -> Result<(), StartFailure> {
+        match self.result.recv() {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(StartFailure::Failed(e)),
             // The sender went without sending: the job panicked.
             Err(_) => Err(StartFailure::Panicked),
-        })
+        }
     }
 }
 
@@ -318,11 +316,7 @@ where
             let thread = self.scope.spawn(move || {
                 let _ = tx.send(job());
             });
-            self.pending = Some(Recording {
-                thread,
-                result,
-                outcome: None,
-            });
+            self.pending = Some(Recording { thread, result });
         }
     }
 
@@ -331,7 +325,7 @@ where
             return Err("the gate was passed twice".to_owned());
         }
         self.begin();
-        let mut recording = self.pending.take().ok_or("the start record was lost")?;
+        let recording = self.pending.take().ok_or("the start record was lost")?;
         let outcome = match recording.outcome() {
             Ok(()) => Ok(()),
             Err(StartFailure::Failed(e)) => {
