@@ -11,6 +11,7 @@ pub mod caps;
 pub mod cgroup;
 pub mod contain;
 pub mod init;
+pub mod keeper;
 pub mod landlock;
 mod launcher;
 pub mod mounts;

@@ -21,11 +21,15 @@ static ONE_SHOT: AtomicBool = AtomicBool::new(false);
 
 /// Says that this process ends right after its run (`cordon run`), before any helper thread
 /// starts: what it maps for the run (helper threads' stacks, the eBPF event ring) is left for
-/// its exit to take down, which needs no TLB shootdown. A long-lived process (a daemon running
-/// many runs) must not call this: each run would leave its mappings behind.
+/// its exit to take down, which needs no TLB shootdown, and that exit leaves taking its
+/// address space down to a [`keeper`](crate::keeper) (if one can be started). A long-lived
+/// process (a daemon running many runs) must not call this: each run would leave its mappings
+/// behind.
 pub fn one_shot_process() {
     ONE_SHOT.store(true, Ordering::Relaxed);
     cordon_bpf::observer::leave_mappings_to_exit();
+    // Without a keeper the exit takes the address space down itself: slower, nothing lost.
+    let _ = crate::keeper::start();
 }
 
 /// A helper thread (see the module documentation).

@@ -699,3 +699,112 @@ print("GOT", s.recv(16).decode())
     let r = area.run(&[], &strs(&probe));
     assert!(r.ok().contains("GOT ping"), "{}", r.explain());
 }
+
+/// `cordon run` leaves taking its address space down to a keeper (`cordon_sandbox::keeper`), a
+/// process sharing that address space which outlives cordon by a moment. It must hold nothing
+/// of cordon's but the memory (no descriptor but its pipe, every signal blocked, the idle
+/// scheduling class) and end once cordon has, however cordon ends. The check that it shares
+/// cordon's address space (`kcmp`) has its negative control: the test's own process does not.
+#[test]
+fn the_address_space_keeper_holds_nothing_and_ends_with_cordon() {
+    if !privileged("the_address_space_keeper_holds_nothing_and_ends_with_cordon") {
+        return;
+    }
+    let area = Area::new();
+    for how in ["exits", "is killed"] {
+        let mut cordon = std::process::Command::new(env!("CARGO_BIN_EXE_cordon"))
+            .args(["run", "--ledger"])
+            .arg(area.path("ledger"))
+            .args(["--", "/bin/sleep", "30"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let parent = cordon.id() as i32;
+        let keeper = wait_for(|| children_named(parent, "cordon-keeper").pop())
+            .expect("cordon started no keeper");
+
+        let same_vm = |a: i32, b: i32| {
+            // SAFETY: kcmp takes integers; as root both processes may be inspected.
+            unsafe {
+                libc::syscall(libc::SYS_kcmp, a, b, 1 /* KCMP_VM */, 0, 0)
+            }
+        };
+        assert_eq!(
+            same_vm(parent, keeper),
+            0,
+            "the keeper shares cordon's memory"
+        );
+        assert_ne!(
+            same_vm(std::process::id() as i32, keeper),
+            0,
+            "control: another process's memory is not the keeper's"
+        );
+        let fds: Vec<String> = fs::read_dir(format!("/proc/{keeper}/fd"))
+            .unwrap()
+            .flatten()
+            .map(|e| fs::read_link(e.path()).unwrap().display().to_string())
+            .collect();
+        assert_eq!(fds.len(), 1, "the keeper holds its pipe alone: {fds:?}");
+        assert!(fds[0].starts_with("pipe:"), "{fds:?}");
+        let status = fs::read_to_string(format!("/proc/{keeper}/status")).unwrap();
+        // Every signal but SIGKILL and SIGSTOP, which cannot be blocked.
+        assert!(status.contains("SigBlk:\tfffffffffffbfeff\n"), "{status}");
+        assert_eq!(stat_field(keeper, 41), Some(5), "SCHED_IDLE");
+
+        if how == "is killed" {
+            cordon.kill().unwrap();
+        } else {
+            // sleep 30 is cut short from the outside: cordon forwards SIGTERM to it and ends.
+            // SAFETY: kill(2) on our own child, which is alive.
+            unsafe { libc::kill(parent, libc::SIGTERM) };
+        }
+        cordon.wait().unwrap();
+        assert!(
+            wait_for(|| (!alive(keeper)).then_some(())).is_some(),
+            "the keeper outlived cordon (which {how}): {:?}",
+            fs::read_to_string(format!("/proc/{keeper}/status"))
+        );
+    }
+}
+
+/// Polls `f` for up to 10 s.
+fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..1000 {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    None
+}
+
+/// Field `n` (1-based, as in proc(5)) of `/proc/<pid>/stat`, as a number.
+fn stat_field(pid: i32, n: usize) -> Option<i64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (field 2, in parentheses) start with field 3.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(n - 3)?.parse().ok()
+}
+
+/// Whether `pid` runs: not gone, not a zombie waiting to be reaped.
+fn alive(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().to_owned()))
+        .is_some_and(|r| !r.starts_with('Z') && !r.starts_with('X'))
+}
+
+/// The children of `parent` whose `comm` is `name`.
+fn children_named(parent: i32, name: &str) -> Vec<i32> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            stat_field(pid, 4) == Some(i64::from(parent))
+                && fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim_end() == name)
+        })
+        .collect()
+}
