@@ -13,7 +13,7 @@ pub mod spec;
 pub use backend::{
     Backend, BackendError, EventSink, Evidence, KillReason, Outcome, Running, StartGate,
 };
-pub use plan::{AllowRule, Identity, LandlockPlan, Mount, MountKind, NetPlan, Plan};
+pub use plan::{AllowRule, HOSTNAME, Identity, LandlockPlan, Mount, MountKind, NetPlan, Plan};
 pub use report::{
     EnforcementState, ExitStatus, LedgerPosition, ProviderReport, Report, Teardown, Verdict,
 };

@@ -28,13 +28,17 @@ pub struct Plan {
     pub limits: Limits,
     /// Who the command runs as.
     pub identity: Identity,
-    /// Hostname inside the sandbox's UTS namespace.
+    /// Hostname inside the sandbox's UTS namespace ([`HOSTNAME`]).
     pub hostname: String,
     /// Whether a mechanism that is not fully in force may be accepted (marked in the report).
     pub allow_degraded: bool,
     /// Hex SHA-256 of the plan without its run id: what the ledger records as "the spec".
     pub spec_hash: String,
 }
+
+/// The hostname every sandbox gets: a UTS namespace made ahead of a run (as root) is given it
+/// before the plan is known.
+pub const HOSTNAME: &str = "cordon";
 
 /// One path made visible inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

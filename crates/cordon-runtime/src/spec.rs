@@ -337,7 +337,7 @@ impl RunSpec {
             net,
             limits,
             identity,
-            hostname: "cordon".to_owned(),
+            hostname: crate::plan::HOSTNAME.to_owned(),
             allow_degraded: self.allow_degraded,
             spec_hash: String::new(),
         };

@@ -269,7 +269,9 @@ fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
     clock.lap("mounts");
     cordon_runtime::mark("init: mounts");
 
-    rustix::system::sethostname(plan.hostname.as_bytes()).stage("hostname")?;
+    if config.hostname {
+        rustix::system::sethostname(plan.hostname.as_bytes()).stage("hostname")?;
+    }
     if config.loopback {
         crate::netns::loopback_up().stage("loopback")?;
     }

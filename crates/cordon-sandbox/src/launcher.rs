@@ -384,7 +384,10 @@ impl Starting {
         // `own_status`).
         // If it could not be made (a /proc without `thread-self`, say), the clone makes the
         // namespace as it would without one, init brings loopback up, and the report says which.
-        let net = net.and_then(|pending| pending.wait().ok());
+        // Namespaces made for another hostname are not used (the clone makes its own).
+        let net = net
+            .and_then(|pending| pending.wait().ok())
+            .filter(|ns| ns.hostname() == plan.hostname);
         cordon_runtime::mark("netns joined");
         let tree = tree.and_then(mounts::Ahead::wait);
         cordon_runtime::mark("tree joined");
@@ -427,6 +430,7 @@ impl Starting {
             unprivileged: !backend.privileged,
             user_ns_limits: user_ns_limits(),
             loopback: plan.net == NetPlan::None && net.is_none(),
+            hostname: net.is_none(),
             tree: tree.as_ref().map(|t| (t.raw_fd(), t.mounts())),
         };
         let exec = if forked {
@@ -438,11 +442,12 @@ impl Starting {
         let mut flags = clone_flags::NEWUSER
             | clone_flags::NEWPID
             | clone_flags::NEWNS
-            | clone_flags::NEWIPC
-            | clone_flags::NEWUTS
             | clone_flags::NEWCGROUP;
-        if plan.net == NetPlan::None && net.is_none() {
-            flags |= clone_flags::NEWNET;
+        if net.is_none() {
+            flags |= clone_flags::NEWIPC | clone_flags::NEWUTS;
+            if plan.net == NetPlan::None {
+                flags |= clone_flags::NEWNET;
+            }
         }
 
         // Signals that must reach the command are held until `wait` forwards them; init inherits
@@ -539,11 +544,8 @@ impl Starting {
         // While init builds: its namespaces, from the host, all through one open of its
         // `/proc/<pid>/ns` (each path walk through `/proc` was ~15 µs here).
         let init_ns = NsDir::open(pid);
-        let namespaces = verify_namespaces(
-            init_ns.as_ref(),
-            plan,
-            net.as_ref().map(netns::NetNs::inode),
-        );
+        let prepared: Vec<(&str, u64)> = net.iter().flat_map(netns::NetNs::inodes).collect();
+        let namespaces = verify_namespaces(init_ns.as_ref(), plan, &prepared);
         drop(net);
         let ns_pid = init_ns.as_ref().and_then(|d| d.inode("pid"));
         // Held until init is gone, so that the last reference to the sandbox's mount namespace
@@ -1071,14 +1073,14 @@ fn ns_inode(pid: i32, ns: &str) -> Option<u64> {
 }
 
 /// The host-side check of init's namespaces: `/proc/<pid>/ns/*` compared with cordon's own, and
-/// the network namespace, when cordon made it ahead (`prepared_net`), found to be exactly that
-/// one. Made while init builds the boundary (the namespaces came with the clone; a process
-/// changes its own only by `unshare`/`setns`, which init does not call and its seccomp filter
-/// then kills).
+/// those cordon made ahead (`prepared`: `net`, `ipc`, `uts` and their inodes) found to be
+/// exactly those. Made while init builds the boundary (the namespaces came with the clone; a
+/// process changes its own only by `unshare`/`setns`, which init does not call and its seccomp
+/// filter then kills).
 fn verify_namespaces(
     init: Option<&NsDir>,
     plan: &Plan,
-    prepared_net: Option<u64>,
+    prepared: &[(&str, u64)],
 ) -> ProviderReport {
     use EnforcementState::*;
     let mut wanted: Vec<&str> = NAMESPACES.to_vec();
@@ -1103,27 +1105,39 @@ fn verify_namespaces(
             format!("shared with the host: {}", same.join(", ")),
         );
     }
-    match prepared_net {
-        Some(made) if init.and_then(|d| d.inode("net")) != Some(made) => ProviderReport::new(
+    let elsewhere: Vec<String> = prepared
+        .iter()
+        .filter(|(ns, made)| init.and_then(|d| d.inode(ns)) != Some(*made))
+        .map(|(ns, made)| format!("{ns} (inode {made})"))
+        .collect();
+    if !elsewhere.is_empty() {
+        return ProviderReport::new(
             "namespaces",
             VerificationFailed,
-            format!("init is not in the network namespace cordon made (inode {made})"),
-        ),
-        Some(_) => ProviderReport::new(
-            "namespaces",
-            Enforced,
             format!(
-                "new {} (inodes differ from cordon's; net made by cordon ahead of the clone, \
-                 owned by the host's user namespace)",
-                wanted.join(", ")
+                "init is not in the namespaces cordon made: {}",
+                elsewhere.join(", ")
             ),
-        ),
-        None => ProviderReport::new(
+        );
+    }
+    if prepared.is_empty() {
+        return ProviderReport::new(
             "namespaces",
             Enforced,
             format!("new {} (inodes differ from cordon's)", wanted.join(", ")),
-        ),
+        );
     }
+    let made: Vec<&str> = prepared.iter().map(|(ns, _)| *ns).collect();
+    ProviderReport::new(
+        "namespaces",
+        Enforced,
+        format!(
+            "new {} (inodes differ from cordon's; {} made by cordon ahead of the clone, owned by \
+             the host's user namespace)",
+            wanted.join(", "),
+            made.join(", ")
+        ),
+    )
 }
 
 /// This process's status (for the seccomp filters it runs under), and whether the calling
@@ -2057,7 +2071,7 @@ mod tests {
             ..ready()
         };
         let mut reports = verify(pid, &plan, &ready, 0, true, None);
-        reports.push(verify_namespaces(NsDir::open(pid).as_ref(), &plan, None));
+        reports.push(verify_namespaces(NsDir::open(pid).as_ref(), &plan, &[]));
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
         let state = |name: &str| {

@@ -1,74 +1,93 @@
-//! The run's empty network namespace, made by the launcher ahead of the clone (root only).
+//! The run's empty network namespace, and its IPC and UTS namespaces, made by the launcher ahead
+//! of the clone (root only).
 //!
 //! A network namespace is the most expensive thing `clone3` creates (registering loopback and
-//! the per-namespace sysctls: ~0.4 ms of a ~0.7 ms clone on the machine cordon is measured on).
-//! As root, cordon makes it on a thread of its own, which unshares its network namespace, brings
-//! loopback up and hands the namespace back, while the CLI validates the spec and opens the
-//! ledger and the launcher creates the run's cgroup (`cordon run` starts the thread as soon as
-//! it knows the run gets no network; the launcher does, at the latest, when it starts). The
-//! launcher then enters it for the one `clone3` that makes init (which inherits it, instead of
-//! creating one) and returns to the host's namespace at once.
+//! the per-namespace sysctls: ~0.4 ms of a ~0.7 ms clone on the machine cordon is measured on),
+//! and an IPC namespace (its message-queue filesystem) and a UTS namespace came next (~70 and
+//! ~35 µs of the clone there). As root, cordon makes all three on a thread of its own, which
+//! unshares them, brings loopback up, names the host [`HOSTNAME`] and hands the namespaces back,
+//! while the CLI validates the spec and opens the ledger and the launcher creates the run's
+//! cgroup (`cordon run` starts the thread as soon as it knows the run gets no network; the
+//! launcher does, at the latest, when it starts). The launcher then enters them for the one
+//! `clone3` that makes init (which inherits them, instead of creating them) and returns to the
+//! host's namespaces at once.
 //!
-//! The namespace is as empty as one made by the clone (loopback only), and stronger in one way:
-//! its owner is the host's user namespace, not the run's, so nothing in the sandbox, not even
-//! init before it drops its capabilities, holds `CAP_NET_ADMIN` over it (no interface, route or
-//! netfilter configuration: the network stack's surface that an owned namespace exposes).
-//! The host checks that init is in exactly this namespace (its inode) before the command starts.
+//! The namespaces are as empty as those made by the clone (loopback only; no IPC object; the
+//! hostname the plan names), and stronger in one way: their owner is the host's user namespace,
+//! not the run's, so nothing in the sandbox, not even init before it drops its capabilities,
+//! holds a capability over them (`CAP_NET_ADMIN`: no interface, route or netfilter
+//! configuration, the network stack's surface that an owned namespace exposes; nor the IPC
+//! namespace's sysctls, nor `sethostname`). The host checks that init is in exactly these
+//! namespaces (their inodes) before the command starts.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
+use cordon_runtime::HOSTNAME;
 use rustix::thread::{LinkNameSpaceType, UnshareFlags};
 
 use crate::sys;
 
-/// A namespace being made on its thread.
+/// The namespaces made ahead, in the order they are entered, with what `/proc/<pid>/ns` calls
+/// them.
+const KINDS: [(LinkNameSpaceType, &str); 3] = [
+    (LinkNameSpaceType::Network, "net"),
+    (LinkNameSpaceType::InterProcessCommunication, "ipc"),
+    (LinkNameSpaceType::HostNameAndNISDomainName, "uts"),
+];
+
+/// Namespaces being made on their thread.
 #[derive(Debug)]
 pub struct Pending(crate::thread::Thread<io::Result<NetNs>>);
 
-/// An empty network namespace with loopback up, owned by the host's user namespace.
+/// An empty network namespace with loopback up, and an IPC and a UTS namespace (hostname
+/// [`HOSTNAME`]), all owned by the host's user namespace.
 #[derive(Debug)]
 pub struct NetNs {
-    fd: OwnedFd,
-    inode: u64,
-    /// The namespace it was made from (the process's), to come back to after entering it.
-    home: OwnedFd,
-    /// The thread that made it (see [`NetNs::maker`]).
+    /// The namespaces made, in the order of [`KINDS`], each with its inode.
+    made: [(OwnedFd, u64); 3],
+    /// The namespaces they were made from (the process's), to come back to after entering.
+    home: [OwnedFd; 3],
+    /// The thread that made them (see [`NetNs::maker`]).
     maker: i32,
 }
 
-/// Starts making a namespace on a thread of its own (on another CPU than the caller's when
+/// Starts making the namespaces on a thread of their own (on another CPU than the caller's when
 /// there is one: see [`sys::spawn_elsewhere`]).
 pub fn prepare() -> io::Result<Pending> {
     sys::spawn_elsewhere("cordon-netns", 64 * 1024, make).map(Pending)
 }
 
-/// On the thread: a network namespace of its own (a thread may unshare this one alone), loopback
-/// up, and a descriptor that keeps the namespace alive once the thread is gone. The descriptors
-/// and the inode are taken here too, off the launcher's way.
+/// On the thread: network, IPC and UTS namespaces of its own (a thread may unshare these alone),
+/// loopback up, the hostname set, and descriptors that keep the namespaces alive once the
+/// thread is gone. The descriptors and the inodes are taken here too, off the launcher's way.
 fn make() -> io::Result<NetNs> {
     cordon_runtime::mark("netns: thread");
-    let home = current()?;
-    // SAFETY: only the network namespace is unshared; the descriptor table stays shared, so no
+    let home = [current("net")?, current("ipc")?, current("uts")?];
+    // SAFETY: only these namespaces are unshared; the descriptor table stays shared, so no
     // thread can be left with descriptors it cannot use (the concern `unshare_unsafe` names).
-    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }?;
+    unsafe {
+        rustix::thread::unshare_unsafe(
+            UnshareFlags::NEWNET | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS,
+        )
+    }?;
     cordon_runtime::mark("netns: unshared");
     loopback_up()?;
+    rustix::system::sethostname(HOSTNAME.as_bytes())?;
     cordon_runtime::mark("netns: loopback");
-    let fd = current()?;
-    let inode = rustix::fs::fstat(&fd)?.st_ino;
+    let made = |name| -> io::Result<(OwnedFd, u64)> {
+        let fd = current(name)?;
+        let inode = rustix::fs::fstat(&fd)?.st_ino;
+        Ok((fd, inode))
+    };
+    let made = [made("net")?, made("ipc")?, made("uts")?];
     cordon_runtime::mark("netns: made");
     let maker = rustix::thread::gettid().as_raw_nonzero().get();
-    Ok(NetNs {
-        fd,
-        inode,
-        home,
-        maker,
-    })
+    Ok(NetNs { made, home, maker })
 }
 
 impl Pending {
-    /// Waits for the thread: the namespace, once the thread has ended.
+    /// Waits for the thread: the namespaces, once the thread has ended.
     pub fn wait(self) -> io::Result<NetNs> {
         cordon_runtime::mark("netns: joining");
         sys::join_elsewhere(self.0)
@@ -77,38 +96,63 @@ impl Pending {
 }
 
 impl AsFd for NetNs {
+    /// The network namespace.
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.made[0].0.as_fd()
     }
 }
 
 impl NetNs {
-    /// The namespace's inode number, as `/proc/<pid>/ns/net` of a process in it shows.
+    /// The network namespace's inode number, as `/proc/<pid>/ns/net` of a process in it shows.
     pub fn inode(&self) -> u64 {
-        self.inode
+        self.made[0].1
     }
 
-    /// The id of the thread that made it: once [`Pending::wait`] has returned, that thread has
-    /// run the last of its code, though the kernel may list it a while longer.
+    /// Each namespace made (`net`, `ipc`, `uts`, as `/proc/<pid>/ns` names them) and its inode.
+    pub fn inodes(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        KINDS
+            .iter()
+            .zip(&self.made)
+            .map(|((_, name), (_, inode))| (*name, *inode))
+    }
+
+    /// The hostname the UTS namespace was given.
+    pub fn hostname(&self) -> &'static str {
+        HOSTNAME
+    }
+
+    /// The id of the thread that made them: once [`Pending::wait`] has returned, that thread
+    /// has run the last of its code, though the kernel may list it a while longer.
     pub fn maker(&self) -> i32 {
         self.maker
     }
 
-    /// Moves the calling thread into this namespace.
+    /// Moves the calling thread into these namespaces.
     pub fn enter(&self) -> io::Result<()> {
-        enter(self.fd.as_fd())
+        for ((kind, _), (fd, _)) in KINDS.iter().zip(&self.made) {
+            rustix::thread::move_into_link_name_space(fd.as_fd(), Some(*kind))?;
+        }
+        Ok(())
     }
 
-    /// Moves the calling thread back into the namespace this one was made from.
+    /// Moves the calling thread back into the namespaces these were made from (each of them,
+    /// whatever fails on the way: the first error is returned).
     pub fn leave(&self) -> io::Result<()> {
-        enter(self.home.as_fd())
+        let mut result = Ok(());
+        for ((kind, _), fd) in KINDS.iter().zip(&self.home) {
+            let back = rustix::thread::move_into_link_name_space(fd.as_fd(), Some(*kind));
+            if result.is_ok() {
+                result = back.map_err(io::Error::from);
+            }
+        }
+        result
     }
 }
 
-/// The calling thread's current network namespace, to return to.
-pub fn current() -> io::Result<OwnedFd> {
+/// The calling thread's current namespace `name` (`net`, `ipc`, `uts`…), to return to.
+pub fn current(name: &str) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(
-        "/proc/thread-self/ns/net",
+        format!("/proc/thread-self/ns/{name}"),
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )?)
@@ -188,29 +232,44 @@ mod tests {
             .collect()
     }
 
-    /// The namespace made ahead is new, holds loopback alone and up, and a thread goes into it
-    /// and back. Negative control: a namespace unshared without `loopback_up` has it down.
+    /// The namespaces made ahead are new (network, IPC, UTS), the network holds loopback alone
+    /// and up, the host is named, and a thread goes into them and back. Negative control: a
+    /// network namespace unshared without `loopback_up` has it down.
     #[test]
     fn made_ahead_entered_and_left() {
         if !crate::privileged("netns::made_ahead_entered_and_left") {
             return;
         }
         let ns = prepare().unwrap().wait().unwrap();
-        // On threads of their own, so that the test's thread never leaves its namespace.
-        let (host, inside, ifaces, up, back) = std::thread::spawn(move || {
-            let host = ns_inode();
-            let home = current().unwrap();
+        let inode = |name: &str| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(format!("/proc/thread-self/ns/{name}"))
+                .unwrap()
+                .ino()
+        };
+        let made: Vec<(&str, u64)> = ns.inodes().collect();
+        // On threads of their own, so that the test's thread never leaves its namespaces.
+        let (host, inside, ifaces, up, name, back) = std::thread::spawn(move || {
+            let all = || ["net", "ipc", "uts"].map(inode);
+            let host = all();
             ns.enter().unwrap();
-            let seen = (ns_inode(), interfaces(), loopback_is_up().unwrap());
-            enter(&home).unwrap();
-            (host, seen.0, seen.1, seen.2, ns_inode())
+            let inside = all();
+            let seen = (interfaces(), loopback_is_up().unwrap());
+            let name = rustix::system::uname().nodename().to_owned();
+            ns.leave().unwrap();
+            (host, inside, seen.0, seen.1, name, all())
         })
         .join()
         .unwrap();
-        assert_ne!(inside, host, "a namespace of its own");
+        for i in 0..3 {
+            assert_ne!(inside[i], host[i], "{}: a namespace of its own", made[i].0);
+            assert_eq!(inside[i], made[i].1, "{}: the one made", made[i].0);
+        }
         assert_eq!(back, host, "and back in the host's");
         assert_eq!(ifaces, ["lo"]);
         assert!(up, "loopback up");
+        assert_eq!(name.to_str().unwrap(), HOSTNAME);
+        assert_eq!(ns_inode(), host[0]);
 
         let control = std::thread::spawn(|| {
             // SAFETY: this thread's network namespace only; the thread ends right after.

@@ -36,6 +36,9 @@ pub struct InitConfig {
     /// Init brings loopback up itself: its empty network namespace came with the clone. (As root
     /// the launcher makes the namespace ahead, loopback up, and init has no say over it.)
     pub loopback: bool,
+    /// Init names the host itself: its UTS namespace came with the clone. (As root the launcher
+    /// makes the namespace ahead, named, and init has no say over it.)
+    pub hostname: bool,
     /// The tree built ahead on the host (`mounts::build_ahead`; root, and init forked): the
     /// descriptor init inherits and the mounts it holds. `None`: init builds the tree itself.
     #[serde(default)]
