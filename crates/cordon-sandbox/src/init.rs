@@ -59,7 +59,7 @@ pub fn main(args: &[String]) -> ! {
         .and_then(|_| serde_json::from_str::<InitConfig>(&text).stage("config"));
     drop(config_file);
     let code = match config {
-        Ok(config) => match run(&config, &mut status) {
+        Ok(config) => match run(&config, &mut status, Origin::Executed) {
             Ok(code) => code,
             Err(f) => status.fail(f),
         },
@@ -77,15 +77,12 @@ pub fn main(args: &[String]) -> ! {
 /// The calling process must have been cloned (fork semantics) from a process that had exactly
 /// one thread at the time, so that no lock is held by a thread that does not exist here; and
 /// the caller must never return into code that uses or drops descriptors other than
-/// `config.sync_fd`, `config.status_fd` and the tree's in `config.tree`.
+/// `config.sync_fd` and `config.status_fd`.
 pub unsafe fn forked(config: &InitConfig) -> ! {
-    // Only the standard streams, init's two pipe ends and the tree built ahead (moved into
-    // place, and closed, before the command exists) stay open: nothing cordon holds (its
+    // Only the standard streams and init's two pipe ends stay open: nothing cordon holds (its
     // ledger, the cgroup and eBPF descriptors, the launcher's ends of the pipes) reaches the
     // sandbox.
-    let mut keep = vec![config.sync_fd, config.status_fd];
-    keep.extend(config.tree.map(|(fd, _)| fd));
-    if sys::close_all_but(&keep).is_err() {
+    if sys::close_all_but(&[config.sync_fd, config.status_fd]).is_err() {
         let _ = sys::write_all_raw(
             config.status_fd,
             b"{\"Error\":{\"stage\":\"init\",\"message\":\"could not close inherited descriptors\"}}\n",
@@ -97,14 +94,7 @@ pub unsafe fn forked(config: &InitConfig) -> ! {
         // object for it lives in frames this process never returns to.
         let status = unsafe { File::from_raw_fd(config.status_fd) };
         let mut status = Status(status);
-        // Nothing of cordon's command line or environment may stay readable: fail otherwise.
-        if let Err(message) = scrub_inherited_strings() {
-            return status.fail(Failure {
-                stage: "init",
-                message,
-            });
-        }
-        match run(config, &mut status) {
+        match run(config, &mut status, Origin::Forked) {
             Ok(code) => code,
             Err(f) => status.fail(f),
         }
@@ -181,7 +171,15 @@ impl Status {
     }
 }
 
-fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
+/// How init came to be: forked, it is a copy of the launcher and carries its command line and
+/// environment; executed, it is a fresh `cordon` process.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Forked,
+    Executed,
+}
+
+fn run(config: &InitConfig, status: &mut Status, origin: Origin) -> Result<i32, Failure> {
     let plan = &config.plan;
     // SAFETY: the launcher passed this descriptor number for this process; wrapped exactly once.
     let mut sync = unsafe { File::from_raw_fd(config.sync_fd) };
@@ -200,6 +198,12 @@ fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
     // `/proc/1/environ`), whatever the host's `fs.suid_dumpable`. Set again after the uid
     // change below, which resets it.
     set_not_dumpable().stage("dumpable")?;
+    // Nothing of cordon's command line or environment may stay readable: fail otherwise. (Not
+    // before the go: `/proc`, which says where they are, is mounted by then, also when init was
+    // cloned straight into a tree built ahead.)
+    if origin == Origin::Forked {
+        scrub_inherited_strings().stage("init")?;
+    }
 
     // A memfd lives on no path Landlock can name, so `execveat(memfd)` would slip past the
     // execute rules: under --exec, in this pid namespace (and any below it, which cannot lower
@@ -257,15 +261,10 @@ fn run(config: &InitConfig, status: &mut Status) -> Result<i32, Failure> {
 
     let mut clock = Stopwatch::start();
     let mounts = match config.tree {
-        Some((fd, made)) => {
-            // SAFETY: the launcher passed this descriptor (the tree it built ahead) for this
-            // process, which inherited it in the fork; wrapped exactly once, here.
-            let tree = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-            mounts::attach(tree, made)
-        }
-        None => mounts::build(plan),
-    }
-    .stage("mounts")?;
+        // Cloned into the tree built ahead, `/proc` mounted by the launcher: nothing to mount.
+        Some(made) => made,
+        None => mounts::build(plan).stage("mounts")?,
+    };
     clock.lap("mounts");
     cordon_runtime::mark("init: mounts");
 

@@ -423,15 +423,23 @@ impl Starting {
             }
             _ => None,
         };
+        // Read while this thread still sees the host's /proc.
+        let user_ns_limits = user_ns_limits();
+        // Into the tree's mount namespace, root and working directory at the tree's root, from
+        // here to the clone (nothing in between looks a path up): init starts in it. The
+        // kernel refuses a thread that shares its file-system attributes with another; then
+        // init is cloned into a new mount namespace and builds the tree itself.
+        let tree = tree.filter(|t| t.enter().is_ok());
         let config = InitConfig {
             plan: plan.clone(),
             sync_fd: sync_r.as_raw_fd(),
             status_fd: status_w.as_raw_fd(),
             unprivileged: !backend.privileged,
-            user_ns_limits: user_ns_limits(),
+            user_ns_limits,
             loopback: plan.net == NetPlan::None && net.is_none(),
             hostname: net.is_none(),
-            tree: tree.as_ref().map(|t| (t.raw_fd(), t.mounts())),
+            // `/proc`, mounted by the launcher below, among the mounts.
+            tree: tree.as_ref().map(|t| t.mounts() + 1),
         };
         let exec = if forked {
             None
@@ -439,10 +447,10 @@ impl Starting {
             Some(ExecInit::prepare(&backend.init_exe, &config)?)
         };
 
-        let mut flags = clone_flags::NEWUSER
-            | clone_flags::NEWPID
-            | clone_flags::NEWNS
-            | clone_flags::NEWCGROUP;
+        let mut flags = clone_flags::NEWUSER | clone_flags::NEWPID | clone_flags::NEWCGROUP;
+        if tree.is_none() {
+            flags |= clone_flags::NEWNS;
+        }
         if net.is_none() {
             flags |= clone_flags::NEWIPC | clone_flags::NEWUTS;
             if plan.net == NetPlan::None {
@@ -457,9 +465,15 @@ impl Starting {
             .push(("prepare".to_owned(), micros(launched_at.elapsed())));
         let t_clone = Instant::now();
         cordon_runtime::mark("clone");
-        // Into the run's network namespace for the clone alone: init inherits it.
-        if let Some(ns) = &net {
-            ns.enter().map_err(|e| BackendError::new("netns", e))?;
+        // Into the run's network, IPC and UTS namespaces for the clone alone: init inherits
+        // them.
+        if let Some(ns) = &net
+            && let Err(e) = ns.enter()
+        {
+            if let Some(t) = &tree {
+                let _ = t.leave();
+            }
+            return Err(BackendError::new("netns", e));
         }
 
         // SAFETY: forked, the child is a copy of this single-threaded process and never returns
@@ -467,17 +481,38 @@ impl Starting {
         // execveat and _exit (async-signal-safe, no allocation) on data prepared above, which
         // the copied address space still holds.
         let cloned = unsafe { sys::clone3(flags, self.cgroup.as_ref().map(RunCgroup::dir_fd)) };
-        // Back in the host's namespace (the parent only: init stays), whatever the clone did.
-        if let (Ok(Cloned::Parent { .. }) | Err(_), Some(ns)) = (&cloned, &net)
-            && let Err(e) = ns.leave()
-        {
-            if let Ok(Cloned::Parent { pid, pidfd }) = cloned {
-                self.init = Some((pid, pidfd));
+        // The parent only (init stays), whatever the clone did: the run's /proc in the tree,
+        // from inside its mount namespace (where init waits for the first go), then back in the
+        // host's namespaces.
+        if !matches!(cloned, Ok(Cloned::Child)) {
+            let mut back = Ok(());
+            if let Some(t) = &tree {
+                if let Ok(Cloned::Parent { pidfd, .. }) = &cloned {
+                    back = t
+                        .mount_proc(pidfd)
+                        .map_err(|e| BackendError::new("mounts", e.to_string()));
+                }
+                if let Err(e) = t.leave() {
+                    back = back.and(Err(BackendError::new(
+                        "mounts",
+                        format!("returning to the host's mount namespace: {e}"),
+                    )));
+                }
             }
-            return Err(BackendError::new(
-                "netns",
-                format!("returning to the host's network namespace: {e}"),
-            ));
+            if let Some(ns) = &net
+                && let Err(e) = ns.leave()
+            {
+                back = back.and(Err(BackendError::new(
+                    "netns",
+                    format!("returning to the host's namespaces: {e}"),
+                )));
+            }
+            if let Err(e) = back {
+                if let Ok(Cloned::Parent { pid, pidfd }) = cloned {
+                    self.init = Some((pid, pidfd));
+                }
+                return Err(e);
+            }
         }
         let cloned = cloned.map_err(err("clone3"))?;
         let (pid, pidfd) = match cloned {
@@ -503,6 +538,9 @@ impl Starting {
         };
         cordon_runtime::mark("cloned");
         self.init = Some((pid, pidfd.try_clone().map_err(err("clone3"))?));
+        // Init holds the tree's namespace now (and its /proc is mounted); its inode is checked
+        // below.
+        let tree_ns = tree.as_ref().map(mounts::Tree::inode);
         drop((sync_r, status_w, joins, exec, tree));
         write_id_maps(pid, plan, backend.privileged).map_err(err("uid_map"))?;
         let mut sync = File::from(sync_w);
@@ -544,7 +582,11 @@ impl Starting {
         // While init builds: its namespaces, from the host, all through one open of its
         // `/proc/<pid>/ns` (each path walk through `/proc` was ~15 µs here).
         let init_ns = NsDir::open(pid);
-        let prepared: Vec<(&str, u64)> = net.iter().flat_map(netns::NetNs::inodes).collect();
+        let prepared: Vec<(&str, u64)> = net
+            .iter()
+            .flat_map(netns::NetNs::inodes)
+            .chain(tree_ns.map(|inode| ("mnt", inode)))
+            .collect();
         let namespaces = verify_namespaces(init_ns.as_ref(), plan, &prepared);
         drop(net);
         let ns_pid = init_ns.as_ref().and_then(|d| d.inode("pid"));
@@ -2140,6 +2182,79 @@ mod tests {
             c.wait().unwrap();
         }
         assert_eq!(held, [true, false, false]);
+    }
+
+    /// Namespaces cordon made ahead must be the very ones init is in: a process in new
+    /// namespaces of every kind passes when each prepared inode is its own, and fails, naming
+    /// the kind, when the prepared mount or network namespace is another one (the negative
+    /// control, with the same process).
+    #[test]
+    fn init_must_be_in_every_namespace_made_for_it() {
+        if !crate::privileged("init_must_be_in_every_namespace_made_for_it") {
+            return;
+        }
+        let plan = plan();
+        let mut inside = std::process::Command::new("unshare")
+            .args([
+                "--user", "--pid", "--mount", "--ipc", "--uts", "--cgroup", "--net", "--fork",
+            ])
+            .args(["/bin/sleep", "30"])
+            .spawn()
+            .unwrap();
+        // The sleep, once unshare has forked it (the namespaces are the sleep's).
+        let parent = i32::try_from(inside.id()).unwrap();
+        let mut pid = None;
+        for _ in 0..500 {
+            pid = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+                .ok()
+                .and_then(|c| c.split_whitespace().next().and_then(|p| p.parse().ok()))
+                .filter(|p: &i32| {
+                    std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c == "sleep\n")
+                });
+            if pid.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let pid = pid.expect("the unshared sleep did not start");
+        let dir = NsDir::open(pid);
+        let own = |ns: &str| dir.as_ref().and_then(|d| d.inode(ns)).unwrap();
+        let mine = verify_namespaces(
+            dir.as_ref(),
+            &plan,
+            &[
+                ("net", own("net")),
+                ("ipc", own("ipc")),
+                ("uts", own("uts")),
+                ("mnt", own("mnt")),
+            ],
+        );
+        let host_mnt = ns_inode(std::process::id() as i32, "mnt").unwrap();
+        let other_mnt = verify_namespaces(dir.as_ref(), &plan, &[("mnt", host_mnt)]);
+        let other_net = verify_namespaces(dir.as_ref(), &plan, &[("net", own("net") + 1)]);
+        // The sleep is pid 1 of its namespace: killed itself, it takes nothing along.
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+        inside.kill().unwrap();
+        inside.wait().unwrap();
+        assert_eq!(mine.state, EnforcementState::Enforced, "{mine:?}");
+        assert!(
+            mine.detail.contains("net, ipc, uts, mnt made by cordon"),
+            "{mine:?}"
+        );
+        for (report, kind) in [(&other_mnt, "mnt"), (&other_net, "net")] {
+            assert_eq!(
+                report.state,
+                EnforcementState::VerificationFailed,
+                "{report:?}"
+            );
+            assert!(
+                report.detail.contains(&format!("{kind} (inode")),
+                "{report:?}"
+            );
+        }
     }
 
     /// A seccomp filter the process under check inherited does not count as init's own: a

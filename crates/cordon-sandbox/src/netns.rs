@@ -64,11 +64,15 @@ pub fn prepare() -> io::Result<Pending> {
 fn make() -> io::Result<NetNs> {
     cordon_runtime::mark("netns: thread");
     let home = [current("net")?, current("ipc")?, current("uts")?];
-    // SAFETY: only these namespaces are unshared; the descriptor table stays shared, so no
-    // thread can be left with descriptors it cannot use (the concern `unshare_unsafe` names).
+    // The thread's file-system attributes (root, working directory, umask) become its own copy
+    // too: the launcher may enter a mount namespace for the clone only when no thread shares
+    // them with it, and the kernel lets go of a joined thread's a while after it has ended.
+    // SAFETY: only these namespaces and this thread's file-system attributes are unshared; the
+    // descriptor table stays shared, so no thread can be left with descriptors it cannot use
+    // (the concern `unshare_unsafe` names).
     unsafe {
         rustix::thread::unshare_unsafe(
-            UnshareFlags::NEWNET | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS,
+            UnshareFlags::FS | UnshareFlags::NEWNET | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS,
         )
     }?;
     cordon_runtime::mark("netns: unshared");
@@ -127,10 +131,13 @@ impl NetNs {
         self.maker
     }
 
-    /// Moves the calling thread into these namespaces.
+    /// Moves the calling thread into these namespaces: all of them, or (back in its own) none.
     pub fn enter(&self) -> io::Result<()> {
         for ((kind, _), (fd, _)) in KINDS.iter().zip(&self.made) {
-            rustix::thread::move_into_link_name_space(fd.as_fd(), Some(*kind))?;
+            if let Err(e) = rustix::thread::move_into_link_name_space(fd.as_fd(), Some(*kind)) {
+                let _ = self.leave();
+                return Err(e.into());
+            }
         }
         Ok(())
     }

@@ -39,10 +39,11 @@ pub struct InitConfig {
     /// Init names the host itself: its UTS namespace came with the clone. (As root the launcher
     /// makes the namespace ahead, named, and init has no say over it.)
     pub hostname: bool,
-    /// The tree built ahead on the host (`mounts::build_ahead`; root, and init forked): the
-    /// descriptor init inherits and the mounts it holds. `None`: init builds the tree itself.
-    #[serde(default)]
-    pub tree: Option<(i32, usize)>,
+    /// The tree built ahead on the host (`mounts::build_ahead`; root, and init forked): init was
+    /// cloned into its mount namespace, rooted in it, and the launcher mounted `/proc` there
+    /// before the first go; the mounts it holds, `/proc` included. `None`: init builds the tree
+    /// itself.
+    pub tree: Option<usize>,
 }
 
 /// What init reports once the boundary is in place.

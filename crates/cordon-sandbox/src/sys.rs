@@ -290,6 +290,21 @@ pub fn pidfd_info(pidfd: &impl std::os::fd::AsFd) -> io::Result<PidfdInfo> {
     })
 }
 
+/// The pid namespace of the process behind a pidfd (`PIDFD_GET_PID_NAMESPACE`, Linux 6.11), as
+/// a descriptor, found without `/proc` (which a caller inside the sandbox's mount namespace, as
+/// the launcher is right after the clone, does not have).
+pub fn pidfd_pid_namespace(pidfd: impl std::os::fd::AsFd) -> io::Result<OwnedFd> {
+    /// `_IO(PIDFS_IOCTL_MAGIC = 0xFF, 5)`.
+    const PIDFD_GET_PID_NAMESPACE: libc::Ioctl = (0xFF << 8) | 5;
+    // SAFETY: the request takes no argument and returns a new descriptor or -1.
+    let fd = unsafe { libc::ioctl(pidfd.as_fd().as_raw_fd(), PIDFD_GET_PID_NAMESPACE, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Reads a small kernel-made file (`/proc`, cgroupfs, sysctl) into a string with one 8 KiB
 /// read, where `fs::read_to_string` starts with a 32-byte probe and doubles (six reads for
 /// `/proc/self/stat`): these files report size 0, and each read is a system call.
