@@ -548,7 +548,7 @@ impl Starting {
         // The run's start may now be recorded on a thread of its own: the clone is done. It
         // starts on this CPU: init, just cloned, is likely on the other, building the boundary,
         // which is what the command waits for; this thread only waits for it.
-        sys::spawning_here(|| gate.begin());
+        sys::spawning_here_first(|| gate.begin());
 
         self.timings.push((
             if forked {
