@@ -23,20 +23,22 @@
 //! - It runs with every signal blocked (they are blocked around the clone) and under
 //!   `SCHED_IDLE`, so that its teardown yields the CPU to any other task, the caller woken by
 //!   cordon's exit first; then it waits for the end of file and returns, which ends it.
-//! - The pipe's write end is close-on-exec and belongs to cordon alone; processes forked from
-//!   cordon (the sandbox's init closes it at once, egress probes hold it while they live) only
-//!   delay the keeper's end. Cordon never closes it: its exit does, also a `kill -9`.
+//! - The pipe's write end is close-on-exec and belongs to cordon alone (the keeper is started
+//!   once the command runs, after every process cordon forks for a run); a process forked from
+//!   cordon later would only delay the keeper's end. Cordon never closes it: its exit does,
+//!   also a `kill -9`.
 //! - Orphaned when cordon exits, the keeper is reparented to the nearest subreaper or to pid 1,
 //!   which reaps it as any orphan. It is not part of the run: it is outside the sandbox and its
 //!   cgroup, and the command cannot reach it.
 //!
-//! Only a process that ends with its run may start one ([`crate::thread::one_shot_process`]);
-//! it exists on x86-64 only (the raw system calls are written for it) and is skipped, silently,
-//! wherever it cannot be started: the address space is then taken down by cordon's exit, as
-//! before.
+//! Only a process that ends with its run has one ([`crate::thread::one_shot_process`]), started
+//! by the launcher once the command runs, when it has nothing else to do; it exists on x86-64
+//! only (the raw system calls are written for it) and is skipped, silently, wherever it cannot
+//! be started (or a run ends before its command runs): the address space is then taken down by
+//! cordon's exit, as before.
 
 /// Starts the keeper of this process's address space (see the module documentation). Call it
-/// once, from the main thread, before any other thread or process is started.
+/// once, in a process that ends with its run (`thread::start_keeper` does).
 pub fn start() -> std::io::Result<()> {
     imp::start()
 }

@@ -604,17 +604,6 @@ impl Starting {
             .then(|| init_ns.as_ref().and_then(|d| d.handle("net")))
             .flatten();
         drop(init_ns);
-        // The threads for the run's end are started now, while init builds the boundary: this
-        // thread's own work meanwhile (registration, the namespace checks; the eBPF programs
-        // were attached before the clone) is the shorter side. Started while init starts the
-        // command instead, they slowed that down. The cleaner is kept on this CPU from the
-        // start (see `Cleaner`); without it (it could not be started) the launcher cleans up
-        // itself.
-        let unmounter = mount_ns
-            .is_some()
-            .then(Unmounter::start)
-            .and_then(Result::ok);
-        let cleaner = sys::spawning_here(Cleaner::start).ok();
         let mut status = BufReader::new(File::from(status_r));
         let mut ready =
             match read_message_within(&mut status, INIT_REPORT_LIMIT).map_err(err("status"))? {
@@ -705,6 +694,19 @@ impl Starting {
         cordon_runtime::mark("verified+gate");
         sync.write_all(&[GO_EXEC]).map_err(err("sync"))?;
         drop(sync);
+        // The threads for the run's end are started now, while init starts the command and it
+        // runs: this thread only waits meanwhile. (While init built the boundary, this CPU
+        // was the busier side: registering the run, checking init's namespaces and the run's
+        // start being recorded.) Both start and stay on this CPU, off the command's. The
+        // cleaner is kept here from the start (see `Cleaner`); without it (it could not be
+        // started) the launcher cleans up itself. A one-shot process's keeper is started now
+        // too (see `keeper`).
+        let unmounter = mount_ns
+            .is_some()
+            .then(|| sys::spawning_here(Unmounter::start))
+            .and_then(Result::ok);
+        let cleaner = sys::spawning_here(Cleaner::start).ok();
+        crate::thread::start_keeper();
         // Earlier runs' leftovers are looked for by one run in HOUSEKEEPING_EVERY, as root (the
         // state directory keeps the time); otherwise by every run.
         let due = backend
@@ -794,7 +796,7 @@ struct Unmounter {
 impl Unmounter {
     fn start() -> io::Result<Unmounter> {
         let (namespace, handed) = std::sync::mpsc::sync_channel::<(OwnedFd, Option<OwnedFd>)>(1);
-        let thread = sys::spawn_elsewhere("cordon-umount", 64 * 1024, move || {
+        let thread = crate::thread::spawn("cordon-umount", 64 * 1024, move || {
             // Nothing handed over (the run ended otherwise): nothing to do here.
             if let Ok((ns, init)) = handed.recv() {
                 if let Some(init) = init {
@@ -1129,9 +1131,12 @@ fn verify_namespaces(
     if plan.net == NetPlan::None {
         wanted.push("net");
     }
+    // A namespace cordon made ahead is checked to be exactly that one (below), which is new;
+    // the others must differ from cordon's own.
+    let made = |ns: &str| prepared.iter().any(|(p, _)| *p == ns);
     let me = NsDir::open(std::process::id() as i32);
     let mut same = Vec::new();
-    for ns in &wanted {
+    for ns in wanted.iter().filter(|ns| !made(ns)) {
         match (
             init.and_then(|d| d.inode(ns)),
             me.as_ref().and_then(|d| d.inode(ns)),

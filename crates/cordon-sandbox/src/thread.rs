@@ -28,8 +28,16 @@ static ONE_SHOT: AtomicBool = AtomicBool::new(false);
 pub fn one_shot_process() {
     ONE_SHOT.store(true, Ordering::Relaxed);
     cordon_bpf::observer::leave_mappings_to_exit();
-    // Without a keeper the exit takes the address space down itself: slower, nothing lost.
-    let _ = crate::keeper::start();
+}
+
+/// In a one-shot process, starts the [`keeper`](crate::keeper) of its address space, once: the
+/// launcher calls this when it has nothing else to do (the command running). Without a keeper
+/// the exit takes the address space down itself: slower, nothing lost.
+pub(crate) fn start_keeper() {
+    static STARTED: AtomicBool = AtomicBool::new(false);
+    if ONE_SHOT.load(Ordering::Relaxed) && !STARTED.swap(true, Ordering::Relaxed) {
+        let _ = crate::keeper::start();
+    }
 }
 
 /// A helper thread (see the module documentation).
