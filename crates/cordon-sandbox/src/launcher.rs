@@ -699,7 +699,8 @@ impl Starting {
         // was the busier side: registering the run, checking init's namespaces and the run's
         // start being recorded.) Both start and stay on this CPU, off the command's. The
         // cleaner is kept here from the start (see `Cleaner`); without it (it could not be
-        // started) the launcher cleans up itself. A one-shot process's keeper is started now
+        // started) the launcher cleans up itself. The unmounter is sent to another CPU when it
+        // is handed its work (`let_go_of_mounts`). A one-shot process's keeper is started now
         // too (see `keeper`).
         let unmounter = mount_ns
             .is_some()
@@ -1554,7 +1555,10 @@ impl LinuxRun {
                 // Should its thread be gone, the descriptors come back in the error, dropped
                 // here: the mounts then come down on this thread, and init is reaped in
                 // `clean_up`.
-                Some(u) => drop(u.namespace.try_send((ns, self.pidfd.try_clone().ok()))),
+                Some(u) => {
+                    sys::send_elsewhere(&u.thread);
+                    drop(u.namespace.try_send((ns, self.pidfd.try_clone().ok())));
+                }
                 None => drop(ns),
             }
         }

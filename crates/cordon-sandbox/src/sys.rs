@@ -558,6 +558,20 @@ pub fn bring_here<T>(handle: &Thread<T>) {
     }
 }
 
+/// Restricts a parked thread to the CPUs other than the caller's (when the process may use
+/// another), for work handed to it now that should overlap the caller's own rather than compete
+/// with it: the sandbox's mounts taken down while the launcher tears the run down and records
+/// its end (on the launcher's CPU the two took turns, and the run's end waited for both).
+pub fn send_elsewhere<T>(handle: &Thread<T>) {
+    let others = rustix::thread::sched_getaffinity(None)
+        .ok()
+        .zip(current_cpu())
+        .and_then(|(all, here)| others_than(here, &all));
+    if let Some(others) = others {
+        pin(handle, &others);
+    }
+}
+
 /// The CPUs of `all` other than `cpu`, if there are any.
 fn others_than(cpu: usize, all: &rustix::thread::CpuSet) -> Option<rustix::thread::CpuSet> {
     use rustix::thread::CpuSet;
