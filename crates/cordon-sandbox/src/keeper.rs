@@ -38,9 +38,20 @@
 //! cordon's exit, as before.
 
 /// Starts the keeper of this process's address space (see the module documentation). Call it
-/// once, in a process that ends with its run (`thread::start_keeper` does).
-pub fn start() -> std::io::Result<()> {
-    imp::start()
+/// once, in a process that ends with its run (`thread::start_keeper` does). With `refill`, the
+/// keeper, once cordon has exited, also makes a set of empty namespaces for the next run at
+/// the paths it names (see [`pool`](crate::pool)); it reads them only then, when nothing else
+/// of this process runs.
+pub fn start(refill: Option<crate::pool::Refill>) -> std::io::Result<()> {
+    imp::start(refill)
+}
+
+/// Makes, on the calling thread, a set of empty namespaces for the pool at the paths `refill`
+/// names, as a keeper does once cordon has exited: what the pool's tests use. The thread is
+/// left in the new network, IPC and UTS namespaces.
+#[cfg(test)]
+pub(crate) fn refill_here(refill: &crate::pool::Refill) {
+    imp::produce(refill);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -61,10 +72,19 @@ mod imp {
     /// # Safety
     /// The arguments must be valid for system call `nr`.
     unsafe fn syscall(nr: libc::c_long, args: [usize; 4]) -> libc::c_long {
+        // SAFETY: the caller's contract, with a fifth argument of 0.
+        unsafe { syscall5(nr, [args[0], args[1], args[2], args[3], 0]) }
+    }
+
+    /// [`syscall`] with five arguments.
+    ///
+    /// # Safety
+    /// The arguments must be valid for system call `nr`.
+    unsafe fn syscall5(nr: libc::c_long, args: [usize; 5]) -> libc::c_long {
         let ret: libc::c_long;
         // SAFETY: the x86-64 Linux system call convention: the number in rax, the arguments in
-        // rdi, rsi, rdx and r10, the result in rax; the kernel clobbers rcx and r11 and uses
-        // no user stack. What the call does with memory is the caller's contract.
+        // rdi, rsi, rdx, r10 and r8, the result in rax; the kernel clobbers rcx and r11 and
+        // uses no user stack. What the call does with memory is the caller's contract.
         unsafe {
             std::arch::asm!(
                 "syscall",
@@ -73,6 +93,7 @@ mod imp {
                 in("rsi") args[1],
                 in("rdx") args[2],
                 in("r10") args[3],
+                in("r8") args[4],
                 lateout("rcx") _,
                 lateout("r11") _,
                 options(nostack),
@@ -81,11 +102,20 @@ mod imp {
         ret
     }
 
-    /// The keeper: see the module documentation. `arg` is the number of its end of the pipe.
-    /// It returns when that end reads end of file (or fails); the C library's clone then makes
-    /// the `exit` system call, which ends it.
+    /// What the keeper is handed: its end of the pipe, and what to make for the pool, both
+    /// leaked by [`start`] (never freed: the address space goes with the keeper).
+    struct Job {
+        fd: usize,
+        refill: Option<crate::pool::Refill>,
+    }
+
+    /// The keeper: see the module documentation. `arg` is its [`Job`]. It returns when its end
+    /// of the pipe reads end of file (or fails), having made a set for the pool if asked to;
+    /// the C library's clone then makes the `exit` system call, which ends it.
     extern "C" fn keep(arg: *mut libc::c_void) -> libc::c_int {
-        let fd = arg as usize;
+        // SAFETY: `arg` is the `Job` `start` leaked for the keeper, never written after.
+        let job = unsafe { &*arg.cast::<Job>() };
+        let fd = job.fd;
         // The C library's mask, inherited, leaves its own real-time signals open: the kernel's
         // call blocks them too.
         let all: u64 = !0;
@@ -124,10 +154,196 @@ mod imp {
         while unsafe { syscall(libc::SYS_read, [fd, buf, 1, 0]) }
             == -libc::c_long::from(libc::EINTR)
         {}
+        // Cordon has exited: nothing else runs in this address space now.
+        if let Some(refill) = &job.refill {
+            if let Some(set) = refill.claimed.as_ref().and_then(|c| c.paths()) {
+                unpin(set);
+            }
+            produce(refill);
+        }
         0
     }
 
-    pub(super) fn start() -> io::Result<()> {
+    /// The raw system calls the keeper's work for the pool makes, each wrapped so that its
+    /// pointers come from references (NUL-terminated strings, a frame's own `ifreq`), and
+    /// reporting success as a `bool`.
+    mod raw {
+        use std::ffi::CStr;
+
+        use super::{syscall, syscall5};
+
+        fn path(p: &CStr) -> usize {
+            p.as_ptr() as usize
+        }
+
+        pub(super) fn exists(p: &CStr) -> bool {
+            // SAFETY: access reads the NUL-terminated path.
+            unsafe { syscall(libc::SYS_access, [path(p), libc::F_OK as usize, 0, 0]) == 0 }
+        }
+
+        pub(super) fn mkdir(p: &CStr) -> bool {
+            // SAFETY: mkdir reads the NUL-terminated path.
+            unsafe { syscall(libc::SYS_mkdir, [path(p), 0o700, 0, 0]) == 0 }
+        }
+
+        /// Creates an empty file (read-only, never there before) to bind a namespace onto.
+        pub(super) fn create(p: &CStr) -> bool {
+            let flags = (libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC) as usize;
+            // SAFETY: open reads the NUL-terminated path.
+            let fd = unsafe { syscall(libc::SYS_open, [path(p), flags, 0o400, 0]) };
+            let Ok(fd) = usize::try_from(fd) else {
+                return false;
+            };
+            // SAFETY: close of the descriptor just opened.
+            unsafe { syscall(libc::SYS_close, [fd, 0, 0, 0]) };
+            true
+        }
+
+        pub(super) fn bind(from: &CStr, to: &CStr) -> bool {
+            /// `MS_BIND` (`linux/mount.h`).
+            const MS_BIND: usize = 4096;
+            // SAFETY: mount reads the two NUL-terminated paths; no type, no data.
+            unsafe { syscall5(libc::SYS_mount, [path(from), path(to), 0, MS_BIND, 0]) == 0 }
+        }
+
+        pub(super) fn make_private(p: &CStr) -> bool {
+            /// `MS_PRIVATE` (`linux/mount.h`).
+            const MS_PRIVATE: usize = 1 << 18;
+            // SAFETY: mount reads the NUL-terminated path; no source, type or data.
+            unsafe { syscall5(libc::SYS_mount, [0, path(p), 0, MS_PRIVATE, 0]) == 0 }
+        }
+
+        pub(super) fn detach(p: &CStr) {
+            // SAFETY: umount2 reads the NUL-terminated path.
+            unsafe {
+                syscall(
+                    libc::SYS_umount2,
+                    [path(p), libc::MNT_DETACH as usize, 0, 0],
+                )
+            };
+        }
+
+        pub(super) fn unlink(p: &CStr) {
+            // SAFETY: unlink reads the NUL-terminated path.
+            unsafe { syscall(libc::SYS_unlink, [path(p), 0, 0, 0]) };
+        }
+
+        pub(super) fn rmdir(p: &CStr) {
+            // SAFETY: rmdir reads the NUL-terminated path.
+            unsafe { syscall(libc::SYS_rmdir, [path(p), 0, 0, 0]) };
+        }
+
+        /// Renames `from` to `to` unless `to` exists.
+        pub(super) fn rename_new(from: &CStr, to: &CStr) -> bool {
+            let cwd = libc::AT_FDCWD as usize;
+            let noreplace = libc::RENAME_NOREPLACE as usize;
+            let args = [cwd, path(from), cwd, path(to), noreplace];
+            // SAFETY: renameat2 reads the two NUL-terminated paths.
+            unsafe { syscall5(libc::SYS_renameat2, args) == 0 }
+        }
+
+        /// The calling task's own network, IPC and UTS namespaces.
+        pub(super) fn unshare_namespaces() -> bool {
+            let flags = (libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as usize;
+            // SAFETY: unshare takes flags only.
+            unsafe { syscall(libc::SYS_unshare, [flags, 0, 0, 0]) == 0 }
+        }
+
+        pub(super) fn sethostname(name: &[u8]) -> bool {
+            let (p, len) = (name.as_ptr() as usize, name.len());
+            // SAFETY: sethostname reads `len` bytes of the slice.
+            unsafe { syscall(libc::SYS_sethostname, [p, len, 0, 0]) == 0 }
+        }
+
+        /// Brings loopback up in the calling task's network namespace.
+        pub(super) fn loopback_up() -> bool {
+            /// `IFF_UP`, as the `short` an `ifreq` carries.
+            const IFF_UP: libc::c_short = 0x1;
+            /// `SIOCGIFFLAGS` and `SIOCSIFFLAGS` (`linux/sockios.h`).
+            const SIOCGIFFLAGS: usize = 0x8913;
+            const SIOCSIFFLAGS: usize = 0x8914;
+            let inet = libc::AF_INET as usize;
+            let dgram = (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as usize;
+            // SAFETY: socket takes integers.
+            let sock = unsafe { syscall(libc::SYS_socket, [inet, dgram, 0, 0]) };
+            let Ok(sock) = usize::try_from(sock) else {
+                return false;
+            };
+            // SAFETY: `ifreq` is plain data for which zeroes are valid.
+            let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+            for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+                *dst = *src as libc::c_char;
+            }
+            let at = &raw mut req as usize;
+            // SAFETY: SIOCGIFFLAGS fills the `ifreq` of this frame, which outlives the call.
+            let mut up = unsafe { syscall(libc::SYS_ioctl, [sock, SIOCGIFFLAGS, at, 0]) == 0 };
+            if up {
+                // SAFETY: after SIOCGIFFLAGS the kernel initialized the union's flags member.
+                let flags = unsafe { req.ifr_ifru.ifru_flags };
+                req.ifr_ifru.ifru_flags = flags | IFF_UP;
+                let at = &raw const req as usize;
+                // SAFETY: SIOCSIFFLAGS reads the `ifreq` of this frame.
+                up = unsafe { syscall(libc::SYS_ioctl, [sock, SIOCSIFFLAGS, at, 0]) == 0 };
+            }
+            // SAFETY: close of the socket opened above.
+            unsafe { syscall(libc::SYS_close, [sock, 0, 0, 0]) };
+            up
+        }
+    }
+
+    /// Makes a set of empty namespaces for the pool at the paths `r` names, in raw system calls
+    /// (see [`crate::pool`]): the calling task unshares a network, an IPC and a UTS namespace,
+    /// brings loopback up, names the host, binds the three namespaces onto files in a new
+    /// directory and renames that into a free slot. Nothing is made when both slots are taken;
+    /// whatever fails is undone, as far as it can be; nothing is reported (the next run makes
+    /// its own namespaces when the pool is empty).
+    pub(super) fn produce(r: &crate::pool::Refill) {
+        if r.slots.iter().all(|s| raw::exists(s)) {
+            return;
+        }
+        if !(raw::unshare_namespaces()
+            && raw::sethostname(cordon_runtime::HOSTNAME.as_bytes())
+            && raw::loopback_up()
+            && raw::mkdir(&r.build.dir))
+        {
+            return;
+        }
+        // Into the first free slot; a slot taken meanwhile is never replaced.
+        let placed = pin(&r.build) && r.slots.iter().any(|s| raw::rename_new(&r.build.dir, s));
+        if !placed {
+            unpin(&r.build);
+        }
+    }
+
+    /// The set's `ns` directory bound onto itself, private, and the three namespaces bound onto
+    /// files in it: whether all of it was done.
+    fn pin(set: &crate::pool::SetPaths) -> bool {
+        const SOURCES: [&std::ffi::CStr; 3] = [
+            c"/proc/thread-self/ns/net",
+            c"/proc/thread-self/ns/ipc",
+            c"/proc/thread-self/ns/uts",
+        ];
+        raw::mkdir(&set.ns)
+            && raw::bind(&set.ns, &set.ns)
+            && raw::make_private(&set.ns)
+            && set
+                .files
+                .iter()
+                .zip(SOURCES)
+                .all(|(file, source)| raw::create(file) && raw::bind(source, file))
+    }
+
+    /// Undoes [`pin`] and the set's directory, whatever is left of them.
+    fn unpin(set: &crate::pool::SetPaths) {
+        raw::detach(&set.ns);
+        for file in &set.files {
+            raw::unlink(file);
+        }
+        raw::rmdir(&set.ns);
+        raw::rmdir(&set.dir);
+    }
+
+    pub(super) fn start(refill: Option<crate::pool::Refill>) -> io::Result<()> {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         // SAFETY: a new private anonymous mapping, which nothing else refers to; it is never
         // unmapped (the keeper runs on it until the address space goes).
@@ -155,16 +371,21 @@ mod imp {
         // mask into `old`.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr()) };
         let top = stack.cast::<u8>().wrapping_add(STACK);
+        // Never freed: the keeper reads it until it ends, after this process.
+        let job: &'static Job = Box::leak(Box::new(Job {
+            fd: read.as_raw_fd() as usize,
+            refill,
+        }));
         // SAFETY: `keep` runs on the mapping above (stacks grow down from `top`), in a process
         // sharing this address space (CLONE_VM, no CLONE_THREAD, exit signal 0); it makes raw
-        // system calls only and touches only its own frame and `NAME`. Its argument is a
-        // descriptor number, not a pointer.
+        // system calls only and touches only its own frame, `NAME` and `job`, which nothing
+        // writes after this point.
         let pid = unsafe {
             libc::clone(
                 keep,
                 top.cast(),
                 libc::CLONE_VM,
-                read.as_raw_fd() as usize as *mut libc::c_void,
+                std::ptr::from_ref(job).cast_mut().cast(),
             )
         };
         let cloned = if pid < 0 {
@@ -189,7 +410,10 @@ mod imp {
 
 #[cfg(not(target_arch = "x86_64"))]
 mod imp {
-    pub(super) fn start() -> std::io::Result<()> {
+    pub(super) fn start(_: Option<crate::pool::Refill>) -> std::io::Result<()> {
         Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
     }
+
+    #[cfg(test)]
+    pub(super) fn produce(_: &crate::pool::Refill) {}
 }

@@ -385,9 +385,13 @@ impl Starting {
         // If it could not be made (a /proc without `thread-self`, say), the clone makes the
         // namespace as it would without one, init brings loopback up, and the report says which.
         // Namespaces made for another hostname are not used (the clone makes its own).
-        let net = net
+        let mut net = net
             .and_then(|pending| pending.wait().ok())
             .filter(|ns| ns.hostname() == plan.hostname);
+        // A set taken from the pool stays pinned there until the run's keeper (or, without
+        // one, the drop of this claim) unpins it, off the run's way (see `pool::Claim`).
+        let pooled = net.as_ref().is_some_and(netns::NetNs::pooled);
+        let claim = net.as_mut().and_then(netns::NetNs::take_claim);
         cordon_runtime::mark("netns joined");
         let tree = tree.and_then(mounts::Ahead::wait);
         cordon_runtime::mark("tree joined");
@@ -587,7 +591,12 @@ impl Starting {
             .flat_map(netns::NetNs::inodes)
             .chain(tree_ns.map(|inode| ("mnt", inode)))
             .collect();
-        let namespaces = verify_namespaces(init_ns.as_ref(), plan, &prepared);
+        let mut namespaces = verify_namespaces(init_ns.as_ref(), plan, &prepared);
+        if pooled && namespaces.state == EnforcementState::Enforced {
+            namespaces.detail.push_str(
+                "; net, ipc, uts left in the pool by an earlier run, checked empty before use",
+            );
+        }
         drop(net);
         let ns_pid = init_ns.as_ref().and_then(|d| d.inode("pid"));
         // Held until init is gone, so that the last reference to the sandbox's mount namespace
@@ -707,7 +716,15 @@ impl Starting {
             .then(|| sys::spawning_here(Unmounter::start))
             .and_then(Result::ok);
         let cleaner = sys::spawning_here(Cleaner::start).ok();
-        crate::thread::start_keeper();
+        // As root the keeper leaves a set of empty namespaces for the next run (see `pool`).
+        crate::thread::start_keeper(move || {
+            backend
+                .privileged
+                .then(crate::pool::dir)
+                .flatten()
+                .and_then(|dir| crate::pool::Pool::open(&dir).ok())
+                .and_then(|pool| pool.refill(&plan.run_id, claim))
+        });
         // Earlier runs' leftovers are looked for by one run in HOUSEKEEPING_EVERY, as root (the
         // state directory keeps the time); otherwise by every run.
         let due = backend
@@ -889,6 +906,9 @@ fn housekeeping(
         if privileged {
             let _ =
                 cordon_bpf::cleanup_stale(std::path::Path::new(cordon_bpf::bpffs::DEFAULT_ROOT));
+            if let Some(pool) = crate::pool::dir().and_then(|d| crate::pool::Pool::open(&d).ok()) {
+                pool.sweep(Duration::from_secs(60));
+            }
         }
     })
 }

@@ -16,6 +16,7 @@ pub mod landlock;
 mod launcher;
 pub mod mounts;
 pub mod netns;
+pub mod pool;
 pub mod proto;
 pub mod seccomp;
 pub mod state;

@@ -50,6 +50,9 @@ pub struct NetNs {
     home: [OwnedFd; 3],
     /// The thread that made them (see [`NetNs::maker`]).
     maker: i32,
+    /// When they came from the pool (see [`crate::pool`]) rather than being made here: the
+    /// claim that still pins them there.
+    claim: Option<crate::pool::Claim>,
 }
 
 /// Starts making the namespaces on a thread of their own (on another CPU than the caller's when
@@ -64,15 +67,29 @@ pub fn prepare() -> io::Result<Pending> {
 fn make() -> io::Result<NetNs> {
     cordon_runtime::mark("netns: thread");
     let home = [current("net")?, current("ipc")?, current("uts")?];
-    // The thread's file-system attributes (root, working directory, umask) become its own copy
-    // too: the launcher may enter a mount namespace for the clone only when no thread shares
+    let maker = rustix::thread::gettid().as_raw_nonzero().get();
+    // The thread's file-system attributes (root, working directory, umask) become its own
+    // copy: the launcher may enter a mount namespace for the clone only when no thread shares
     // them with it, and the kernel lets go of a joined thread's a while after it has ended.
-    // SAFETY: only these namespaces and this thread's file-system attributes are unshared; the
-    // descriptor table stays shared, so no thread can be left with descriptors it cannot use
-    // (the concern `unshare_unsafe` names).
+    // SAFETY: only this thread's file-system attributes are unshared; the descriptor table
+    // stays shared, so no thread can be left with descriptors it cannot use (the concern
+    // `unshare_unsafe` names).
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::FS) }?;
+    // A set an earlier run left in the pool, when there is one and it checks out.
+    if let Some((made, claim)) = from_pool(&home) {
+        cordon_runtime::mark("netns: from the pool");
+        return Ok(NetNs {
+            made,
+            home,
+            maker,
+            claim: Some(claim),
+        });
+    }
+    // SAFETY: only these namespaces are unshared, for this thread; the descriptor table stays
+    // shared (as above).
     unsafe {
         rustix::thread::unshare_unsafe(
-            UnshareFlags::FS | UnshareFlags::NEWNET | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS,
+            UnshareFlags::NEWNET | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS,
         )
     }?;
     cordon_runtime::mark("netns: unshared");
@@ -86,8 +103,78 @@ fn make() -> io::Result<NetNs> {
     };
     let made = [made("net")?, made("ipc")?, made("uts")?];
     cordon_runtime::mark("netns: made");
-    let maker = rustix::thread::gettid().as_raw_nonzero().get();
-    Ok(NetNs { made, home, maker })
+    Ok(NetNs {
+        made,
+        home,
+        maker,
+        claim: None,
+    })
+}
+
+/// A set claimed from the pool (see [`crate::pool`]), with the inodes, once checked: each a
+/// namespace of its type owned by the host's user namespace, the network one holding loopback
+/// alone and up, the UTS one named [`HOSTNAME`]. `None` when the pool is empty or unreadable,
+/// or the set fails a check (then it is dropped, and with it the namespaces).
+fn from_pool(home: &[OwnedFd; 3]) -> Option<([(OwnedFd, u64); 3], crate::pool::Claim)> {
+    let pool = crate::pool::Pool::open(&crate::pool::dir()?).ok()?;
+    let (claimed, claim) = pool.claim()?;
+    check_pooled(&claimed, home).ok()?;
+    let [net, ipc, uts] = claimed;
+    let with_inode = |fd: OwnedFd| -> Option<(OwnedFd, u64)> {
+        let inode = rustix::fs::fstat(&fd).ok()?.st_ino;
+        Some((fd, inode))
+    };
+    Some((
+        [with_inode(net)?, with_inode(ipc)?, with_inode(uts)?],
+        claim,
+    ))
+}
+
+/// The checks of [`from_pool`], made from the calling thread, which goes into the network and
+/// UTS namespaces to look and comes back to `home`'s.
+pub(crate) fn check_pooled(set: &[OwnedFd; 3], home: &[OwnedFd; 3]) -> io::Result<()> {
+    let owner = rustix::fs::stat("/proc/thread-self/ns/user")?.st_ino;
+    for (fd, kind) in set
+        .iter()
+        .zip([libc::CLONE_NEWNET, libc::CLONE_NEWIPC, libc::CLONE_NEWUTS])
+    {
+        crate::pool::check_namespace(fd, kind, owner)?;
+    }
+    let (net, uts) = (
+        LinkNameSpaceType::Network,
+        LinkNameSpaceType::HostNameAndNISDomainName,
+    );
+    rustix::thread::move_into_link_name_space(set[0].as_fd(), Some(net))?;
+    let inside = rustix::thread::move_into_link_name_space(set[2].as_fd(), Some(uts))
+        .map_err(io::Error::from)
+        .and_then(|()| {
+            let name = rustix::system::uname().nodename().to_bytes().to_vec();
+            Ok((interfaces()?, loopback_is_up()?, name))
+        });
+    let back = rustix::thread::move_into_link_name_space(home[0].as_fd(), Some(net))
+        .and_then(|()| rustix::thread::move_into_link_name_space(home[2].as_fd(), Some(uts)));
+    let (ifaces, up, name) = inside?;
+    back?;
+    if ifaces != ["lo"] || !up {
+        return Err(io::Error::other(format!(
+            "network namespace with interfaces {ifaces:?} (loopback up: {up})"
+        )));
+    }
+    if name != HOSTNAME.as_bytes() {
+        return Err(io::Error::other("UTS namespace named otherwise"));
+    }
+    Ok(())
+}
+
+/// The network interfaces of the calling thread's network namespace.
+fn interfaces() -> io::Result<Vec<String>> {
+    let dev = crate::sys::read_text("/proc/thread-self/net/dev")?;
+    Ok(dev
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(|n| n.trim().to_owned())
+        .collect())
 }
 
 impl Pending {
@@ -118,6 +205,18 @@ impl NetNs {
             .iter()
             .zip(&self.made)
             .map(|((_, name), (_, inode))| (*name, *inode))
+    }
+
+    /// Whether these came from the pool an earlier run's keeper left (see [`crate::pool`]),
+    /// checked, rather than being made for this run.
+    pub fn pooled(&self) -> bool {
+        self.claim.is_some()
+    }
+
+    /// The claim that pins these in the pool, when they came from it: whoever takes it unpins
+    /// them (see [`crate::pool::Claim`]).
+    pub fn take_claim(&mut self) -> Option<crate::pool::Claim> {
+        self.claim.take()
     }
 
     /// The hostname the UTS namespace was given.
@@ -214,7 +313,6 @@ pub(crate) fn loopback_up() -> io::Result<()> {
 }
 
 /// Whether loopback is up in the calling thread's network namespace.
-#[cfg(test)]
 fn loopback_is_up() -> io::Result<bool> {
     let (_, req) = loopback_flags()?;
     // SAFETY: after SIOCGIFFLAGS the kernel initialized the union's flags member.
@@ -228,15 +326,6 @@ mod tests {
     fn ns_inode() -> u64 {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino()
-    }
-
-    fn interfaces() -> Vec<String> {
-        let dev = std::fs::read_to_string("/proc/thread-self/net/dev").unwrap();
-        dev.lines()
-            .skip(2)
-            .filter_map(|l| l.split(':').next())
-            .map(|n| n.trim().to_owned())
-            .collect()
     }
 
     /// The namespaces made ahead are new (network, IPC, UTS), the network holds loopback alone
@@ -261,7 +350,7 @@ mod tests {
             let host = all();
             ns.enter().unwrap();
             let inside = all();
-            let seen = (interfaces(), loopback_is_up().unwrap());
+            let seen = (interfaces().unwrap(), loopback_is_up().unwrap());
             let name = rustix::system::uname().nodename().to_owned();
             ns.leave().unwrap();
             (host, inside, seen.0, seen.1, name, all())

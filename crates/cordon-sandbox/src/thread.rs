@@ -30,13 +30,14 @@ pub fn one_shot_process() {
     cordon_bpf::observer::leave_mappings_to_exit();
 }
 
-/// In a one-shot process, starts the [`keeper`](crate::keeper) of its address space, once: the
-/// launcher calls this when it has nothing else to do (the command running). Without a keeper
-/// the exit takes the address space down itself: slower, nothing lost.
-pub(crate) fn start_keeper() {
+/// In a one-shot process, starts the [`keeper`](crate::keeper) of its address space, once,
+/// with what `refill` says to make for the namespace pool: the launcher calls this when it has
+/// nothing else to do (the command running). Without a keeper the exit takes the address space
+/// down itself: slower, nothing lost.
+pub(crate) fn start_keeper(refill: impl FnOnce() -> Option<crate::pool::Refill>) {
     static STARTED: AtomicBool = AtomicBool::new(false);
     if ONE_SHOT.load(Ordering::Relaxed) && !STARTED.swap(true, Ordering::Relaxed) {
-        let _ = crate::keeper::start();
+        let _ = crate::keeper::start(refill());
     }
 }
 

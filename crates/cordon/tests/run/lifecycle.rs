@@ -808,3 +808,95 @@ fn children_named(parent: i32, name: &str) -> Vec<i32> {
         })
         .collect()
 }
+
+/// As root a run's keeper leaves an empty network, IPC and UTS namespace set in the pool for
+/// the next run (`cordon_sandbox::pool`), which claims it, checks it and says so in its report.
+/// A set tampered with in the pool (loopback brought down inside) is refused: that run makes
+/// its own namespaces and the set is gone. The untampered set being used is the control. The
+/// pool is one of the test's own (`CORDON_NETNS_POOL`), so that no other test's run takes a
+/// set from it.
+#[test]
+fn the_next_run_takes_checked_namespaces_from_the_pool() {
+    if !privileged("the_next_run_takes_checked_namespaces_from_the_pool") {
+        return;
+    }
+    let area = Area::new();
+    let pool = std::path::PathBuf::from(format!("/run/cordon-test-pool-{}", std::process::id()));
+    let run = || {
+        area.run_with(&[], &["/bin/true"], |c| {
+            c.env("CORDON_NETNS_POOL", &pool);
+        })
+    };
+    let detail = |r: &Run| -> String {
+        r.report["enforcement"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["provider"] == "namespaces")
+            .map(|p| p["detail"].as_str().unwrap_or("").to_owned())
+            .unwrap_or_default()
+    };
+    // A set in a slot once the keeper of the run before has ended.
+    let slot = || {
+        (0..2)
+            .map(|i| pool.join(i.to_string()))
+            .find(|p| p.join("ns/net").exists())
+    };
+    let wait_for_set = || {
+        for _ in 0..1000 {
+            if let Some(s) = slot() {
+                return s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("no set was left in {}", pool.display());
+    };
+
+    let first = run();
+    first.ok();
+    assert!(!detail(&first).contains("pool"), "{}", detail(&first));
+    wait_for_set();
+    let second = run();
+    second.ok();
+    assert!(
+        detail(&second).contains("left in the pool by an earlier run, checked empty"),
+        "{}",
+        detail(&second)
+    );
+
+    // Loopback down inside the set the last run left.
+    let set = wait_for_set();
+    let down = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", set.join("ns/net").display()))
+        .args(["ip", "link", "set", "lo", "down"])
+        .status()
+        .unwrap();
+    assert!(down.success());
+    // Both slots hold a set at most; take any other out of the way so the tampered one is the
+    // one found.
+    for i in 0..2 {
+        let other = pool.join(i.to_string());
+        if other != set && other.exists() {
+            let _ = std::process::Command::new("umount")
+                .args(["-l"])
+                .arg(other.join("ns"))
+                .status();
+            let _ = fs::remove_dir_all(&other);
+        }
+    }
+    let third = run();
+    third.ok();
+    assert!(!detail(&third).contains("pool"), "{}", detail(&third));
+    assert!(!set.exists(), "the refused set is taken out of the pool");
+
+    // Whatever is left (sets made by the last keepers), unpinned.
+    wait_for_set();
+    for e in fs::read_dir(&pool).unwrap().flatten() {
+        let _ = std::process::Command::new("umount")
+            .args(["-l"])
+            .arg(e.path().join("ns"))
+            .status();
+        let _ = fs::remove_dir_all(e.path());
+    }
+    let _ = fs::remove_dir(&pool);
+}
