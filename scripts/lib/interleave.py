@@ -3,9 +3,10 @@
 # drifts (a loaded hypervisor moved a cross-CPU wakeup from ~50 to ~450 us within minutes here).
 # Blocks of one command after another (hyperfine's way) let that drift land on one command.
 #
-# Usage: interleave.py RUNS WARMUP OUT.json NAME CMD... [::: NAME CMD...]...
+# Usage: interleave.py RUNS WARMUP OUT.json NAME [env:VAR=VALUE...] CMD... [::: NAME ...]...
 # Writes {"NAME": [seconds, ...], ...} to OUT.json, in the order first given; a name given more
-# than once is run that many times an iteration, its samples pooled. Beside it, OUT.cpu.json
+# than once is run that many times an iteration, its samples pooled. `env:VAR=VALUE` words
+# after a name set VAR for that command only (no `env` process in between to time). Beside it, OUT.cpu.json
 # holds, the same way, the CPU time the whole machine spent during each run (user, system and
 # interrupt time of every CPU in /proc/stat; steal excluded): the process tree, whichever of its
 # processes were reaped or not, and the kernel's worker threads that dismantle its namespaces
@@ -40,10 +41,19 @@ def main():
         # cpu user nice system idle iowait irq softirq steal ...
         return sum(int(fields[i]) for i in (1, 2, 3, 6, 7)) / tick
 
-    def once(argv):
+    def split_env(cmd):
+        env = dict(os.environ)
+        while cmd and cmd[0].startswith("env:"):
+            var, _, value = cmd[0][4:].partition("=")
+            env[var] = value
+            cmd = cmd[1:]
+        return env, cmd
+
+    def once(cmd):
+        env, argv = split_env(cmd)
         before = busy()
         t = time.perf_counter()
-        pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions)
+        pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions)
         _, status = os.waitpid(pid, 0)
         elapsed = time.perf_counter() - t
         used = busy() - before
