@@ -725,6 +725,12 @@ impl Starting {
                 .and_then(|dir| crate::pool::Pool::open(&dir).ok())
                 .and_then(|pool| pool.refill(&plan.run_id, claim))
         });
+        // The event ring is read from the command's start on; mapping it waits no longer (a
+        // short command has ended before init reports its start, and the run's end then waited
+        // for the mapping). A failure shows at the first read.
+        if let Some(o) = &mut self.observer {
+            let _ = o.map_ring();
+        }
         // Earlier runs' leftovers are looked for by one run in HOUSEKEEPING_EVERY, as root (the
         // state directory keeps the time); otherwise by every run.
         let due = backend
