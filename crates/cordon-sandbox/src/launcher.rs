@@ -41,6 +41,8 @@ pub struct LinuxBackend {
     registry: Option<Registry>,
     /// The cgroup layout, read once (probe and launch both need it).
     layout: std::cell::OnceCell<Option<Layout>>,
+    /// The layout as the tree's thread reads it first (see [`LinuxBackend::start_tree`]).
+    layout_ahead: std::cell::RefCell<Option<std::sync::mpsc::Receiver<Option<Layout>>>>,
     /// The next run's network namespace, being made ahead (see `netns`).
     net: Option<netns::Pending>,
     /// The next run's tree, being built ahead (see `mounts::Ahead`).
@@ -63,17 +65,29 @@ impl LinuxBackend {
             privileged: rustix::process::geteuid().is_root(),
             registry: None,
             layout: std::cell::OnceCell::new(),
+            layout_ahead: std::cell::RefCell::new(None),
             net: None,
             tree: None,
         }
     }
 
-    /// Reads the host's cgroup layout now rather than when the run is probed. A caller that
-    /// starts the tree's thread ([`mounts::Ahead::start`]) does this first: that thread copies
-    /// the host's mount namespace, and reading `/proc/self/mountinfo` meanwhile waits for it.
-    /// Unprivileged, there is no layout to read and this does nothing.
-    pub fn detect_layout(&self) {
-        let _ = self.layout();
+    /// As root, starts building the tree for `plan` on a thread of its own ([`mounts::Ahead`]),
+    /// which first reads the host's cgroup layout for this backend (the launch waits for it
+    /// when it needs it): off the caller's way, and before the thread copies the host's mount
+    /// namespace, which a read of `/proc/self/mountinfo` would have to wait for. Hand the tree
+    /// over with [`LinuxBackend::with_tree`]. `None` unprivileged, or if the thread cannot start
+    /// (the layout is then read here when needed, and the launch starts its own tree).
+    pub fn start_tree(&self, plan: &Plan) -> Option<mounts::Ahead> {
+        if !self.privileged {
+            return None;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let ahead = mounts::Ahead::start_after(plan, move || {
+            let _ = tx.send(Layout::detect().ok().filter(Layout::writable));
+        })
+        .ok()?;
+        *self.layout_ahead.borrow_mut() = Some(rx);
+        Some(ahead)
     }
 
     /// Hands over the tree for the next run, started early with [`mounts::Ahead::start`] by a
@@ -105,7 +119,13 @@ impl LinuxBackend {
             return None;
         }
         self.layout
-            .get_or_init(|| Layout::detect().ok().filter(Layout::writable))
+            .get_or_init(|| {
+                // As the tree's thread read it, if it did (it may have died first).
+                let ahead = self.layout_ahead.borrow_mut().take();
+                ahead
+                    .and_then(|rx| rx.recv().ok())
+                    .unwrap_or_else(|| Layout::detect().ok().filter(Layout::writable))
+            })
             .clone()
     }
 }

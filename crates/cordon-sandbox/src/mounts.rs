@@ -200,8 +200,16 @@ pub struct Ahead {
 impl Ahead {
     /// Starts building the tree for `plan`.
     pub fn start(plan: &Plan) -> io::Result<Ahead> {
+        Self::start_after(plan, || {})
+    }
+
+    /// Starts building the tree for `plan` once `first` has run on the thread, before it
+    /// leaves the host's mount namespace.
+    pub fn start_after(plan: &Plan, first: impl FnOnce() + Send + 'static) -> io::Result<Ahead> {
         let for_thread = plan.clone();
         let thread = sys::spawn_elsewhere("cordon-tree", 256 * 1024, move || {
+            first();
+            cordon_runtime::mark("layout (tree's thread)");
             let tid = rustix::thread::gettid().as_raw_nonzero().get();
             let tree = build_ahead(&for_thread);
             cordon_runtime::mark("tree built");

@@ -155,13 +155,10 @@ pub fn run(args: RunArgs, net: Option<cordon_sandbox::netns::Pending>) -> anyhow
     let exe = std::env::current_exe().context("locating the cordon binary")?;
     let mut backend = LinuxBackend::new(exe);
     // As root the run's tree is built from now on, on a thread of its own, while the ledger is
-    // opened and the host probed (see `mounts::Ahead`); the cgroup layout (root's only) is read
-    // first.
-    backend.detect_layout();
-    cordon_runtime::mark("layout");
-    let tree = root
-        .then(|| cordon_sandbox::mounts::Ahead::start(&plan).ok())
-        .flatten();
+    // opened and the host probed (see `mounts::Ahead`); that thread reads the cgroup layout
+    // (root's only) first, for the backend.
+    let tree = backend.start_tree(&plan);
+    cordon_runtime::mark("tree started");
 
     // Open the report file now, before the command could plant a link where it will be.
     let report_file = match &args.report {
