@@ -77,12 +77,14 @@ pub fn main(args: &[String]) -> ! {
 /// The calling process must have been cloned (fork semantics) from a process that had exactly
 /// one thread at the time, so that no lock is held by a thread that does not exist here; and
 /// the caller must never return into code that uses or drops descriptors other than
-/// `config.sync_fd` and `config.status_fd`.
+/// `config.sync_fd`, `config.status_fd` and the Landlock ruleset's in `config.landlock`.
 pub unsafe fn forked(config: &InitConfig) -> ! {
-    // Only the standard streams and init's two pipe ends stay open: nothing cordon holds (its
-    // ledger, the cgroup and eBPF descriptors, the launcher's ends of the pipes) reaches the
-    // sandbox.
-    if sys::close_all_but(&[config.sync_fd, config.status_fd]).is_err() {
+    // Only the standard streams, init's two pipe ends and the Landlock ruleset made ahead (used,
+    // and closed, before the command exists) stay open: nothing cordon holds (its ledger, the
+    // cgroup and eBPF descriptors, the launcher's ends of the pipes) reaches the sandbox.
+    let mut keep = vec![config.sync_fd, config.status_fd];
+    keep.extend(config.landlock.map(|(fd, _)| fd));
+    if sys::close_all_but(&keep).is_err() {
         let _ = sys::write_all_raw(
             config.status_fd,
             b"{\"Error\":{\"stage\":\"init\",\"message\":\"could not close inherited descriptors\"}}\n",
@@ -278,7 +280,16 @@ fn run(config: &InitConfig, status: &mut Status, origin: Origin) -> Result<i32, 
     caps::drop_all().stage("capabilities")?;
     rustix::thread::set_no_new_privs(true).stage("no_new_privs")?;
     clock.lap("hostname, loopback, rlimits, capabilities, no_new_privs");
-    let landlock = landlock::apply(&plan.landlock).stage("landlock")?;
+    let landlock = match config.landlock {
+        Some((fd, enforcement)) => {
+            // SAFETY: the launcher passed this descriptor (the ruleset made ahead) for this
+            // process, which inherited it in the fork; wrapped exactly once, here.
+            let ruleset = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            landlock::restrict(ruleset).stage("landlock")?;
+            enforcement
+        }
+        None => landlock::apply(&plan.landlock).stage("landlock")?,
+    };
     clock.lap("landlock");
     let program = seccomp::prepare().stage("seccomp")?;
     clock.lap("seccomp (compile, unless the launcher did)");

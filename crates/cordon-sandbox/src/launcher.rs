@@ -464,6 +464,10 @@ impl Starting {
             hostname: net.is_none(),
             // `/proc`, mounted by the launcher below, among the mounts.
             tree: tree.as_ref().map(|t| t.mounts() + 1),
+            landlock: tree
+                .as_ref()
+                .and_then(mounts::Tree::landlock)
+                .map(|l| (l.raw_fd(), l.enforcement())),
         };
         let exec = if forked {
             None
@@ -515,6 +519,12 @@ impl Starting {
                     back = t
                         .mount_proc(pidfd)
                         .map_err(|e| BackendError::new("mounts", e.to_string()));
+                    // `/proc`'s Landlock rule, on the proc just mounted.
+                    if let (Ok(()), Some(l)) = (&back, t.landlock()) {
+                        back = l.allow_proc().map_err(|e| {
+                            BackendError::new("landlock", format!("/proc's rule: {e}"))
+                        });
+                    }
                 }
                 if let Err(e) = t.leave() {
                     back = back.and(Err(BackendError::new(

@@ -44,6 +44,9 @@ pub struct InitConfig {
     /// before the first go; the mounts it holds, `/proc` included. `None`: init builds the tree
     /// itself.
     pub tree: Option<usize>,
+    /// The Landlock ruleset made in the tree built ahead (`mounts::Tree::landlock`): the
+    /// descriptor init inherits and how fully it is enforced. `None`: init makes it.
+    pub landlock: Option<(i32, crate::landlock::Enforcement)>,
 }
 
 /// What init reports once the boundary is in place.

@@ -882,3 +882,45 @@ fn line_discipline_changes_are_killed() {
     let r = area.run(&[], &strs(&probe));
     r.killed_by_seccomp();
 }
+
+/// Landlock's rules hold where nothing else refuses: a process may rename itself through its
+/// own `/proc/self/comm`, which neither the mounts, the uid nor seccomp refuse, but the run's
+/// ruleset grants `/proc` for reading only. Refused however the ruleset is made: in the tree
+/// built ahead by the launcher's thread, with `/proc`'s rule added by the launcher once it has
+/// mounted the run's `/proc` (`cordon run` as root), or by init (a launcher with threads of its
+/// own, this test's, executes init). Reading `/proc` works either way (that rule is there).
+/// Negative control: on the host the same write succeeds.
+#[test]
+fn landlock_rules_hold_however_the_ruleset_is_made() {
+    if !privileged("landlock_rules_hold_however_the_ruleset_is_made") {
+        return;
+    }
+    // 7: /proc unreadable; 9: the write refused.
+    let probe =
+        "grep -q '^Name:' /proc/self/status || exit 7; printf renamed > /proc/self/comm || exit 9";
+    let control = host(&["/bin/sh", "-c", probe]);
+    assert!(control.status.success(), "control: {control:?}");
+
+    let area = Area::new();
+    let r = area.run(&[], &["/bin/sh", "-c", probe]);
+    assert_eq!(r.code(), 9, "{}", r.explain());
+    assert!(r.stderr().contains("Permission denied"), "{}", r.explain());
+
+    let spec = cordon_runtime::RunSpec {
+        command: vec!["/bin/sh".into(), "-c".into(), probe.into()],
+        read: vec!["/usr".into(), "/etc".into()],
+        base_dir: area.path(""),
+        caller: (0, 0),
+        ..cordon_runtime::RunSpec::default()
+    };
+    let plan = spec.validate("r-landlock-by-init").unwrap();
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cordon"));
+    let mut backend = cordon_sandbox::LinuxBackend::new(exe);
+    let report = cordon_runtime::execute(&plan, &mut backend, &mut Memory);
+    assert_eq!(
+        report.verdict,
+        cordon_runtime::Verdict::Allowed,
+        "{report:?}"
+    );
+    assert_eq!(report.exit.code, Some(9), "{report:?}");
+}
