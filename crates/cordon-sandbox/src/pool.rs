@@ -10,11 +10,12 @@
 //! and pins the three in this directory with bind mounts (as `ip netns add` does), under a
 //! name nothing else uses, then renames the set into one of [`SLOTS`] slots if one is free.
 //! The next run's namespace thread claims a set by renaming its slot away (atomic: two runs
-//! never get the same set), opens the three namespaces, unpins them (the run then holds the
-//! only references) and checks them before use: each must be a namespace of the right type,
-//! owned by the host's user namespace, the network one holding loopback alone and up, the UTS
-//! one named [`HOSTNAME`]. A set that fails a check is dropped and the run makes its own, as it
-//! does when the pool is empty.
+//! never get the same set), opens the three namespaces and checks them before use: each must
+//! be a namespace of the right type, owned by the host's user namespace, the network one
+//! holding loopback alone and up, the UTS one named [`HOSTNAME`](cordon_runtime::HOSTNAME). A
+//! set that fails a check is dropped and the run makes its own, as it does when the pool is
+//! empty. The claimed set stays pinned until that run's keeper unpins it, once cordon has
+//! exited ([`Claim`]): unpinning waits for the kernel.
 //!
 //! The directory is root's alone (created 0700, refused if anyone else could write it or a
 //! parent): whoever could place a set there could give a run a network. Namespaces made but
