@@ -574,20 +574,8 @@ fn spawn(
     envp: &sys::CStringArray,
 ) -> Result<libc::pid_t, i32> {
     const STACK: usize = 64 << 10;
-    // SAFETY: an anonymous private mapping of STACK bytes, unmapped below.
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return Err(libc::ENOMEM);
-    }
+    // Unmapped below.
+    let stack = sys::map_stack(STACK).map_err(|_| libc::ENOMEM)?;
     let args = SpawnArgs {
         candidates,
         argv,

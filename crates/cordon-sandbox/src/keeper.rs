@@ -345,21 +345,8 @@ mod imp {
 
     pub(super) fn start(refill: Option<crate::pool::Refill>) -> io::Result<()> {
         let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        // SAFETY: a new private anonymous mapping, which nothing else refers to; it is never
-        // unmapped (the keeper runs on it until the address space goes).
-        let stack = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                STACK,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            )
-        };
-        if stack == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        // Never unmapped once the keeper runs on it: it goes with the address space.
+        let stack = crate::sys::map_stack(STACK)?;
         // Every signal blocked in the keeper from its first instruction (but the C library's
         // own two, which it blocks itself right away): a signal it took would run cordon's
         // handler on the keeper's stack, with the main thread's thread-local storage.

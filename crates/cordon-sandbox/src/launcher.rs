@@ -90,7 +90,7 @@ impl LinuxBackend {
         Some(ahead)
     }
 
-    /// Hands over the tree for the next run, started early with [`mounts::Ahead::start`] by a
+    /// Hands over the tree for the next run, started early ([`LinuxBackend::start_tree`]) by a
     /// caller (as root) that has the plan before the backend launches, so that it is built
     /// while the caller opens its ledger and probes the host. A tree of another plan is not
     /// used; without one the launch starts its own.
@@ -410,8 +410,8 @@ impl Starting {
             .filter(|ns| ns.hostname() == plan.hostname);
         // A set taken from the pool stays pinned there until the run's keeper (or, without
         // one, the drop of this claim) unpins it, off the run's way (see `pool::Claim`).
-        let pooled = net.as_ref().is_some_and(netns::NetNs::pooled);
         let claim = net.as_mut().and_then(netns::NetNs::take_claim);
+        let pooled = claim.is_some();
         cordon_runtime::mark("netns joined");
         let tree = tree.and_then(mounts::Ahead::wait);
         cordon_runtime::mark("tree joined");

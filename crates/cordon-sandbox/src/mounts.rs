@@ -105,11 +105,7 @@ impl Home {
         use rustix::fs::{Mode, OFlags};
         let dir = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
         Ok(Home {
-            ns: rustix::fs::open(
-                "/proc/thread-self/ns/mnt",
-                OFlags::RDONLY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?,
+            ns: crate::netns::current("mnt")?,
             root: rustix::fs::open("/", dir, Mode::empty())?,
             cwd: rustix::fs::open(".", dir, Mode::empty())?,
         })
@@ -261,15 +257,9 @@ pub fn build_ahead(plan: &Plan) -> Result<Tree, MountError> {
     .map_err(err("unshare the mount namespace for", root))?;
     // The namespace is held by descriptor from the start: once the tree is the root, no /proc
     // is there to name it by.
-    let ns = rustix::fs::open(
-        "/proc/thread-self/ns/mnt",
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .map_err(err("open the new mount namespace of", root))?;
-    let inode = rustix::fs::fstat(&ns)
-        .map_err(err("stat the new mount namespace of", root))?
-        .st_ino;
+    let (ns, inode) = crate::netns::current("mnt")
+        .and_then(crate::netns::with_inode)
+        .map_err(err("open the new mount namespace of", root))?;
     make_private()?;
     sys::take_fs_identity(plan.identity.host_uid, plan.identity.host_gid)
         .map_err(err("take the command's file-system identity for", root))?;

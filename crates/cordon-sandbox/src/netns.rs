@@ -96,11 +96,7 @@ fn make() -> io::Result<NetNs> {
     loopback_up()?;
     rustix::system::sethostname(HOSTNAME.as_bytes())?;
     cordon_runtime::mark("netns: loopback");
-    let made = |name| -> io::Result<(OwnedFd, u64)> {
-        let fd = current(name)?;
-        let inode = rustix::fs::fstat(&fd)?.st_ino;
-        Ok((fd, inode))
-    };
+    let made = |name| with_inode(current(name)?);
     let made = [made("net")?, made("ipc")?, made("uts")?];
     cordon_runtime::mark("netns: made");
     Ok(NetNs {
@@ -120,14 +116,11 @@ fn from_pool(home: &[OwnedFd; 3]) -> Option<([(OwnedFd, u64); 3], crate::pool::C
     let (claimed, claim) = pool.claim()?;
     check_pooled(&claimed, home).ok()?;
     let [net, ipc, uts] = claimed;
-    let with_inode = |fd: OwnedFd| -> Option<(OwnedFd, u64)> {
-        let inode = rustix::fs::fstat(&fd).ok()?.st_ino;
-        Some((fd, inode))
+    let made = [with_inode(net), with_inode(ipc), with_inode(uts)];
+    let [Ok(net), Ok(ipc), Ok(uts)] = made else {
+        return None;
     };
-    Some((
-        [with_inode(net)?, with_inode(ipc)?, with_inode(uts)?],
-        claim,
-    ))
+    Some(([net, ipc, uts], claim))
 }
 
 /// The checks of [`from_pool`], made from the calling thread, which goes into the network and
@@ -207,14 +200,9 @@ impl NetNs {
             .map(|((_, name), (_, inode))| (*name, *inode))
     }
 
-    /// Whether these came from the pool an earlier run's keeper left (see [`crate::pool`]),
-    /// checked, rather than being made for this run.
-    pub fn pooled(&self) -> bool {
-        self.claim.is_some()
-    }
-
-    /// The claim that pins these in the pool, when they came from it: whoever takes it unpins
-    /// them (see [`crate::pool::Claim`]).
+    /// The claim that pins these in the pool, when they came from it (an earlier run's keeper
+    /// left them, and they were checked): whoever takes it unpins them (see
+    /// [`crate::pool::Claim`]).
     pub fn take_claim(&mut self) -> Option<crate::pool::Claim> {
         self.claim.take()
     }
@@ -255,7 +243,13 @@ impl NetNs {
     }
 }
 
-/// The calling thread's current namespace `name` (`net`, `ipc`, `uts`…), to return to.
+/// A namespace descriptor with its inode, as `/proc/<pid>/ns` of a process in it shows.
+pub(crate) fn with_inode(fd: OwnedFd) -> io::Result<(OwnedFd, u64)> {
+    let inode = rustix::fs::fstat(&fd)?.st_ino;
+    Ok((fd, inode))
+}
+
+/// The calling thread's current namespace `name` (`net`, `ipc`, `uts`, `mnt`…), to return to.
 pub fn current(name: &str) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(
         format!("/proc/thread-self/ns/{name}"),

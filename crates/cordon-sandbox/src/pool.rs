@@ -20,7 +20,8 @@
 //! The directory is root's alone (created 0700, refused if anyone else could write it or a
 //! parent): whoever could place a set there could give a run a network. Namespaces made but
 //! never claimed stay pinned (two sets at most, a few hundred kilobytes of kernel memory) until
-//! a run claims them or the machine restarts (`/run` is a tmpfs); sets left half made or half
+//! a run claims them or the machine restarts (the bind mounts go with it; where `/run` is not a
+//! tmpfs the empty files stay, and the claim's checks refuse them); sets left half made or half
 //! claimed by a process that died are removed by a later run's housekeeping ([`Pool::sweep`]).
 //!
 //! [`netns`]: crate::netns
@@ -139,7 +140,7 @@ impl Pool {
                 )
                 .ok()
             };
-            if let [Some(net), Some(ipc), Some(uts)] = [open("net"), open("ipc"), open("uts")] {
+            if let [Some(net), Some(ipc), Some(uts)] = KINDS.map(open) {
                 return Some(([net, ipc, uts], claim));
             }
         }
@@ -296,6 +297,7 @@ pub(crate) fn check_namespace(fd: impl AsFd, kind: libc::c_int, owner: u64) -> i
 mod tests {
     use super::*;
     use crate::netns::{check_pooled, current};
+    use rustix::thread::LinkNameSpaceType;
 
     /// A pool of the test's own under /run (root's alone, as a pool must be), taken down with
     /// whatever is left pinned in it.
@@ -355,6 +357,17 @@ mod tests {
         ]
     }
 
+    /// Runs `f` on a thread of its own, moved into the namespace `ns` of type `kind`.
+    fn inside(ns: &OwnedFd, kind: LinkNameSpaceType, f: impl FnOnce() + Send + 'static) {
+        let ns = ns.try_clone().unwrap();
+        std::thread::spawn(move || {
+            rustix::thread::move_into_link_name_space(ns.as_fd(), Some(kind)).unwrap();
+            f();
+        })
+        .join()
+        .unwrap();
+    }
+
     /// Checks `set` on a thread of its own (the check goes into the namespaces and back).
     fn check(set: [OwnedFd; 3]) -> io::Result<()> {
         std::thread::spawn(move || check_pooled(&set, &home()))
@@ -408,14 +421,8 @@ mod tests {
         };
 
         let (set, _pin) = claim(&tp);
-        // Loopback down, from inside (on a thread of its own).
-        let net = set[0].try_clone().unwrap();
-        std::thread::spawn(move || {
-            rustix::thread::move_into_link_name_space(
-                net.as_fd(),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .unwrap();
+        // Loopback down, from inside.
+        inside(&set[0], LinkNameSpaceType::Network, || {
             let sock = rustix::net::socket(
                 rustix::net::AddressFamily::INET,
                 rustix::net::SocketType::DGRAM,
@@ -430,24 +437,14 @@ mod tests {
             // SAFETY: SIOCSIFFLAGS reads the `ifreq` passed (flags 0: down).
             let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&sock), 0x8914, &req) };
             assert_eq!(r, 0);
-        })
-        .join()
-        .unwrap();
+        });
         let err = check(set).unwrap_err().to_string();
         assert!(err.contains("loopback up: false"), "{err}");
 
         let (set, _pin) = claim(&tp);
-        let uts = set[2].try_clone().unwrap();
-        std::thread::spawn(move || {
-            rustix::thread::move_into_link_name_space(
-                uts.as_fd(),
-                Some(rustix::thread::LinkNameSpaceType::HostNameAndNISDomainName),
-            )
-            .unwrap();
+        inside(&set[2], LinkNameSpaceType::HostNameAndNISDomainName, || {
             rustix::system::sethostname(b"elsewhere").unwrap();
-        })
-        .join()
-        .unwrap();
+        });
         assert!(check(set).is_err(), "renamed host");
 
         let ([net, ipc, uts], _pin) = claim(&tp);

@@ -290,6 +290,26 @@ pub fn pidfd_info(pidfd: &impl std::os::fd::AsFd) -> io::Result<PidfdInfo> {
     })
 }
 
+/// A new private anonymous mapping of `len` bytes, readable and writable, for a stack
+/// (`MAP_STACK`): the caller runs a thread or process on it and unmaps it, or never does.
+pub fn map_stack(len: usize) -> io::Result<*mut libc::c_void> {
+    // SAFETY: a new mapping at an address the kernel chooses; nothing else refers to it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(base)
+}
+
 /// The pid namespace of the process behind a pidfd (`PIDFD_GET_PID_NAMESPACE`, Linux 6.11), as
 /// a descriptor, found without `/proc` (which a caller inside the sandbox's mount namespace, as
 /// the launcher is right after the clone, does not have).

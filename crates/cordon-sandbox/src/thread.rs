@@ -153,20 +153,7 @@ where
     T: Send + 'static,
 {
     let size = stack_size.max(64 * 1024).next_multiple_of(GUARD);
-    // SAFETY: a new private anonymous mapping; nothing else refers to the range.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            GUARD + size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
+    let base = crate::sys::map_stack(GUARD + size)?;
     // SAFETY: `base` starts the mapping made above, at least GUARD bytes long; making its
     // first page inaccessible touches nothing else.
     if unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) } != 0 {
