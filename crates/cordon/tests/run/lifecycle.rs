@@ -821,10 +821,13 @@ fn the_next_run_takes_checked_namespaces_from_the_pool() {
         return;
     }
     let area = Area::new();
-    let pool = std::path::PathBuf::from(format!("/run/cordon-test-pool-{}", std::process::id()));
+    let pool = TestPool(std::path::PathBuf::from(format!(
+        "/run/cordon-test-pool-{}",
+        std::process::id()
+    )));
     let run = || {
         area.run_with(&[], &["/bin/true"], |c| {
-            c.env("CORDON_NETNS_POOL", &pool);
+            c.env("CORDON_NETNS_POOL", &pool.0);
         })
     };
     let detail = |r: &Run| -> String {
@@ -837,11 +840,7 @@ fn the_next_run_takes_checked_namespaces_from_the_pool() {
             .unwrap_or_default()
     };
     // A set in a slot once the keeper of the run before has ended.
-    let slot = || {
-        (0..2)
-            .map(|i| pool.join(i.to_string()))
-            .find(|p| p.join("ns/net").exists())
-    };
+    let slot = || pool.slots().find(|p| p.join("ns/net").exists());
     let wait_for_set = || {
         for _ in 0..1000 {
             if let Some(s) = slot() {
@@ -849,7 +848,7 @@ fn the_next_run_takes_checked_namespaces_from_the_pool() {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        panic!("no set was left in {}", pool.display());
+        panic!("no set was left in {}", pool.0.display());
     };
 
     let first = run();
@@ -874,15 +873,8 @@ fn the_next_run_takes_checked_namespaces_from_the_pool() {
     assert!(down.success());
     // Both slots hold a set at most; take any other out of the way so the tampered one is the
     // one found.
-    for i in 0..2 {
-        let other = pool.join(i.to_string());
-        if other != set && other.exists() {
-            let _ = std::process::Command::new("umount")
-                .args(["-l"])
-                .arg(other.join("ns"))
-                .status();
-            let _ = fs::remove_dir_all(&other);
-        }
+    for other in pool.slots().filter(|other| *other != set) {
+        TestPool::unpin(&other);
     }
     let third = run();
     third.ok();
@@ -892,8 +884,8 @@ fn the_next_run_takes_checked_namespaces_from_the_pool() {
     // (the third run's keeper may already have put a new set under it), so once that keeper
     // has refilled the pool: every set there has loopback up, and no claimed set is left.
     wait_for_set();
-    for i in 0..2 {
-        let net = pool.join(i.to_string()).join("ns/net");
+    for slot in pool.slots() {
+        let net = slot.join("ns/net");
         if !net.exists() {
             continue;
         }
@@ -908,21 +900,43 @@ fn the_next_run_takes_checked_namespaces_from_the_pool() {
             "the refused set is taken out of the pool: {lo}"
         );
     }
-    let claims: Vec<_> = fs::read_dir(&pool)
+    let claims: Vec<_> = fs::read_dir(&pool.0)
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("claim-"))
         .collect();
     assert!(claims.is_empty(), "the refused set is unpinned: {claims:?}");
+}
 
-    // Whatever is left (sets made by the last keepers), unpinned.
-    for e in fs::read_dir(&pool).unwrap().flatten() {
+/// A namespace pool of a test's own: whatever sets are left in it are unpinned and it is
+/// removed when it is dropped, a failed assertion's unwinding included.
+struct TestPool(std::path::PathBuf);
+
+impl TestPool {
+    /// The pool's two slots (`cordon_sandbox::pool`), whether they hold a set or not.
+    fn slots(&self) -> impl Iterator<Item = std::path::PathBuf> + '_ {
+        (0..2).map(|i| self.0.join(i.to_string()))
+    }
+
+    /// Unpins the set in `dir`, if it holds one, and removes it.
+    fn unpin(dir: &Path) {
+        if !dir.exists() {
+            return;
+        }
         let _ = std::process::Command::new("umount")
             .args(["-l"])
-            .arg(e.path().join("ns"))
+            .arg(dir.join("ns"))
             .status();
-        let _ = fs::remove_dir_all(e.path());
+        let _ = fs::remove_dir_all(dir);
     }
-    let _ = fs::remove_dir(&pool);
+}
+
+impl Drop for TestPool {
+    fn drop(&mut self) {
+        for e in fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            TestPool::unpin(&e.path());
+        }
+        let _ = fs::remove_dir(&self.0);
+    }
 }
