@@ -30,6 +30,10 @@ const EVENT_BUDGET: usize = 100_000;
 /// How often limits are polled while the command runs.
 const LIMIT_POLL: Duration = Duration::from_millis(50);
 
+/// How long the launcher waits for init's exit awake, once init has reported the command's
+/// (`sys::spin_until_readable`), before it sleeps on it.
+const INIT_EXIT_SPIN: Duration = Duration::from_millis(1);
+
 /// Namespaces every run gets, and what `/proc/<pid>/ns` calls them.
 const NAMESPACES: [&str; 6] = ["user", "pid", "mnt", "ipc", "uts", "cgroup"];
 
@@ -2008,6 +2012,9 @@ impl LinuxRun {
                         self.exit = Some(ExitStatus { code, signal });
                         status_open = false;
                         attached = Some(self.attached_now());
+                        // Init exits right after (~0.1-0.3 ms here): its exit is waited for
+                        // awake, so that this CPU does not halt in between.
+                        sys::spin_until_readable(&self.pidfd, INIT_EXIT_SPIN);
                     }
                     Ok(Some(_)) => {}
                     Ok(None) | Err(_) => status_open = false,
