@@ -297,11 +297,36 @@ impl Recording<'_> {
     /// Waits for the record and says how it went (asked once: the gate or, when the gate was
     /// never reached, the launch's caller takes the recording).
     fn outcome(&self) -> Result<(), StartFailure> {
-        match self.result.recv() {
+        match recv_awake(&self.result, GATE_SPIN) {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(StartFailure::Failed(e)),
             // The sender went without sending: the job panicked.
             Err(_) => Err(StartFailure::Panicked),
+        }
+    }
+}
+
+/// How long the gate waits awake for the run's start to be durable before it sleeps on it.
+const GATE_SPIN: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Receives from `rx`, waiting awake for at most `limit` (asking without blocking and yielding
+/// the CPU in between) before it blocks. The gate waits this way for the start record, due in
+/// ~0.1-0.5 ms (the ledger's fdatasync): a thread that sleeps lets its virtual CPU halt, and the
+/// wakeup that follows cost ~40-190 µs on the machine of ARCHITECTURE.md (up to ~0.8 ms under
+/// load); the recording thread, woken by the disk on that same CPU (the Linux backend starts it
+/// on the launcher's), runs at once in the yield's place.
+fn recv_awake<T>(
+    rx: &std::sync::mpsc::Receiver<T>,
+    limit: std::time::Duration,
+) -> Result<T, std::sync::mpsc::RecvError> {
+    use std::sync::mpsc::TryRecvError;
+    let until = std::time::Instant::now() + limit;
+    loop {
+        match rx.try_recv() {
+            Ok(v) => return Ok(v),
+            Err(TryRecvError::Disconnected) => return Err(std::sync::mpsc::RecvError),
+            Err(TryRecvError::Empty) if std::time::Instant::now() >= until => return rx.recv(),
+            Err(TryRecvError::Empty) => std::thread::yield_now(),
         }
     }
 }
@@ -693,6 +718,31 @@ mod tests {
         let r = execute(&plan(), &mut b, &mut ev);
         assert_eq!(r.verdict, Verdict::Failed);
         assert!(!b.launched);
+    }
+
+    /// What the gate waits for awake is received whether it comes within the spin or after it,
+    /// and a sender gone without sending is an error either way, never a value.
+    #[test]
+    fn recv_awake_gets_what_comes_early_or_late_and_fails_on_nothing() {
+        use std::time::Duration;
+        for delay in [Duration::ZERO, Duration::from_millis(20)] {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let sender = std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                tx.send(7).unwrap();
+            });
+            assert_eq!(recv_awake(&rx, Duration::from_millis(1)), Ok(7));
+            sender.join().unwrap();
+        }
+        for delay in [Duration::ZERO, Duration::from_millis(20)] {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<i32>(1);
+            let sender = std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                drop(tx);
+            });
+            assert!(recv_awake(&rx, Duration::from_millis(1)).is_err());
+            sender.join().unwrap();
+        }
     }
 
     /// A recorder that panics fails the gate as surely as one that refuses (the outcome comes
